@@ -1,0 +1,227 @@
+//! Building a filter: from (expected items, false-positive rate) or from an explicit size.
+
+use std::fmt;
+
+use crate::hasher::KeyHasher;
+use crate::params::{self, BLOCK_BITS, MAX_BITS, MAX_HASHES};
+use crate::{BloomFilter, Layout};
+
+/// Why a filter could not be built. Every message says what to change.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// `expected_items` was 0.
+    #[error(
+        "expected items must be at least 1: size the filter for the number of keys you will insert"
+    )]
+    ZeroItems,
+    /// The false-positive rate was not strictly between 0 and 1 (or was NaN).
+    #[error("false-positive rate must be strictly between 0 and 1 (e.g. 0.01 for 1%), got {0}")]
+    InvalidFalsePositiveRate(f64),
+    /// An explicit size of 0 bits.
+    #[error("number of bits must be at least 1")]
+    ZeroBits,
+    /// An explicit `k` of 0.
+    #[error("number of hashes must be at least 1")]
+    ZeroHashes,
+    /// More hash probes per key than supported.
+    #[error(
+        "number of hashes {hashes} exceeds the maximum of {max}: use a larger false-positive rate or fewer hashes"
+    )]
+    TooManyHashes {
+        /// The requested `k`.
+        hashes: u32,
+        /// [`params::MAX_HASHES`].
+        max: u32,
+    },
+    /// The filter would need more bits than supported (or than fit in memory).
+    #[error(
+        "the filter would need {bits:.0} bits, more than the maximum of {max} (128 GiB): lower the expected items or raise the false-positive rate"
+    )]
+    TooLarge {
+        /// Bits the parameters ask for.
+        bits: f64,
+        /// [`params::MAX_BITS`].
+        max: u64,
+    },
+    /// Neither way of sizing the filter was given.
+    #[error(
+        "no size given: call .expected_items(n) and .false_positive_rate(p), or .bits(m) and .hashes(k)"
+    )]
+    MissingSize,
+    /// `expected_items` without `false_positive_rate`.
+    #[error(
+        "expected items given without a false-positive rate: call .false_positive_rate(p), e.g. 0.01"
+    )]
+    MissingFalsePositiveRate,
+    /// `false_positive_rate` without `expected_items`.
+    #[error("false-positive rate given without expected items: call .expected_items(n)")]
+    MissingExpectedItems,
+    /// `bits` without `hashes` (and no `expected_items` to derive it from).
+    #[error(
+        "bits given without hashes: call .hashes(k), or .expected_items(n) to derive the best k"
+    )]
+    MissingHashes,
+    /// Both `bits` and `false_positive_rate` were given.
+    #[error(
+        "both .bits(m) and .false_positive_rate(p) given: size the filter one way or the other"
+    )]
+    ConflictingSize,
+    /// The operating system's random source failed while choosing the secret hash key.
+    #[error(
+        "could not draw a random hash key from the operating system ({0}); set one with .seed(..)"
+    )]
+    Random(getrandom::Error),
+}
+
+/// Configures and builds a [`BloomFilter`]; start from [`BloomFilter::builder`].
+///
+/// ```
+/// use bloom_core::{BloomFilter, Layout};
+///
+/// let f = BloomFilter::builder()
+///     .expected_items(1_000_000)
+///     .false_positive_rate(0.01)
+///     .layout(Layout::Blocked)
+///     .seed(0x1234_u128)
+///     .build()?;
+/// # Ok::<(), bloom_core::BuildError>(())
+/// ```
+#[derive(Clone, Default)]
+#[must_use]
+pub struct Builder {
+    expected_items: Option<u64>,
+    false_positive_rate: Option<f64>,
+    bits: Option<u64>,
+    hashes: Option<u32>,
+    layout: Layout,
+    seed: Option<u128>,
+}
+
+impl fmt::Debug for Builder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("expected_items", &self.expected_items)
+            .field("false_positive_rate", &self.false_positive_rate)
+            .field("bits", &self.bits)
+            .field("hashes", &self.hashes)
+            .field("layout", &self.layout)
+            .field("seed", &self.seed.map(|_| "<secret>"))
+            .finish()
+    }
+}
+
+impl Builder {
+    /// The number of distinct keys the filter is sized for (n).
+    pub fn expected_items(mut self, n: u64) -> Self {
+        self.expected_items = Some(n);
+        self
+    }
+
+    /// The false-positive rate wanted at `expected_items` keys (p), e.g. `0.01`.
+    pub fn false_positive_rate(mut self, p: f64) -> Self {
+        self.false_positive_rate = Some(p);
+        self
+    }
+
+    /// An explicit number of bits (m) instead of a false-positive rate. Blocked filters round
+    /// it up to a whole number of 512-bit blocks.
+    pub fn bits(mut self, m: u64) -> Self {
+        self.bits = Some(m);
+        self
+    }
+
+    /// An explicit number of hash probes per key (k).
+    pub fn hashes(mut self, k: u32) -> Self {
+        self.hashes = Some(k);
+        self
+    }
+
+    /// The layout; [`Layout::Blocked`] by default.
+    pub fn layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
+        self
+    }
+
+    /// A fixed 128-bit hash key, for filters that must agree across processes or runs.
+    ///
+    /// Without it the key is drawn from the operating system's random source, so nobody can
+    /// compute colliding keys offline. A fixed key that leaks lets an attacker craft keys that
+    /// the filter wrongly lets through: treat it like a password.
+    pub fn seed(mut self, seed: u128) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Builds the filter, or says which parameter to change.
+    pub fn build(self) -> Result<BloomFilter, BuildError> {
+        let layout = self.layout;
+        let (bits, hashes) = match (self.bits, self.false_positive_rate, self.expected_items) {
+            (Some(_), Some(_), _) => return Err(BuildError::ConflictingSize),
+            (Some(m), None, n) => {
+                let k = match (self.hashes, n) {
+                    (Some(k), _) => k,
+                    (None, Some(n)) => {
+                        if n == 0 {
+                            return Err(BuildError::ZeroItems);
+                        }
+                        params::optimal_hashes(layout, round_bits(layout, m)?, n)
+                    }
+                    (None, None) => return Err(BuildError::MissingHashes),
+                };
+                (m, k)
+            }
+            (None, Some(p), Some(n)) => {
+                let best = params::for_layout(layout, n, p)?;
+                (best.bits, self.hashes.unwrap_or(best.hashes))
+            }
+            (None, Some(_), None) => return Err(BuildError::MissingExpectedItems),
+            (None, None, Some(_)) => return Err(BuildError::MissingFalsePositiveRate),
+            (None, None, None) => return Err(BuildError::MissingSize),
+        };
+        let bits = round_bits(layout, bits)?;
+        check_hashes(hashes)?;
+        let hasher = match self.seed {
+            Some(seed) => KeyHasher::new(seed),
+            None => KeyHasher::random().map_err(BuildError::Random)?,
+        };
+        Ok(BloomFilter::from_parts(
+            layout,
+            bits,
+            hashes,
+            hasher,
+            self.expected_items,
+            self.false_positive_rate,
+            None,
+        ))
+    }
+}
+
+/// Validates `m` and rounds it up to what the layout stores (whole blocks for Blocked).
+pub(crate) fn round_bits(layout: Layout, bits: u64) -> Result<u64, BuildError> {
+    if bits == 0 {
+        return Err(BuildError::ZeroBits);
+    }
+    let rounded = match layout {
+        Layout::Classic => bits,
+        Layout::Blocked => bits.div_ceil(BLOCK_BITS).saturating_mul(BLOCK_BITS),
+    };
+    if rounded > MAX_BITS {
+        return Err(BuildError::TooLarge {
+            bits: bits as f64,
+            max: MAX_BITS,
+        });
+    }
+    Ok(rounded)
+}
+
+pub(crate) fn check_hashes(k: u32) -> Result<(), BuildError> {
+    match k {
+        0 => Err(BuildError::ZeroHashes),
+        k if k > MAX_HASHES => Err(BuildError::TooManyHashes {
+            hashes: k,
+            max: MAX_HASHES,
+        }),
+        _ => Ok(()),
+    }
+}

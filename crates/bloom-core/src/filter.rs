@@ -1,0 +1,426 @@
+//! The filter itself: insert, lookup, batch forms, statistics and set operations.
+
+use std::fmt;
+
+use crate::bit_vector::BitVector;
+use crate::builder::Builder;
+use crate::hasher::{KeyHash, KeyHasher};
+use crate::layout::{for_each_classic, for_each_in_block, reduce};
+use crate::params::{self, BLOCK_BITS};
+use crate::{BuildError, Key, Layout};
+
+/// Keys hashed ahead in the batch forms: enough to cover DRAM latency with the misses in
+/// flight, few enough that the prefetched lines are still in L1 when tested.
+const BATCH: usize = 16;
+
+/// A lock-free Bloom filter shared by reference between threads.
+///
+/// `insert` and `contains` take `&self`: the bits are `AtomicU64` words that are only ever
+/// OR-ed into, so any number of threads may insert and look up at once with no lock. A key
+/// that was inserted is always found afterwards; a key that was never inserted is found with
+/// the configured false-positive probability.
+///
+/// ```
+/// use bloom_core::BloomFilter;
+///
+/// let filter = BloomFilter::new(1_000_000, 0.01)?;
+/// assert!(filter.insert("user:42"));   // true: it was not there before
+/// assert!(filter.contains("user:42"));
+/// assert!(!filter.insert("user:42"));  // false: already (maybe) present
+/// # Ok::<(), bloom_core::BuildError>(())
+/// ```
+pub struct BloomFilter {
+    bits: BitVector,
+    num_bits: u64,
+    /// `num_bits / 512` for Blocked; unused for Classic.
+    num_blocks: u64,
+    num_hashes: u32,
+    layout: Layout,
+    hasher: KeyHasher,
+    capacity: Option<u64>,
+    target_fpr: Option<f64>,
+}
+
+impl BloomFilter {
+    /// A Blocked filter for `expected_items` keys at `false_positive_rate`, with a random
+    /// secret hash key.
+    pub fn new(expected_items: u64, false_positive_rate: f64) -> Result<Self, BuildError> {
+        Self::builder()
+            .expected_items(expected_items)
+            .false_positive_rate(false_positive_rate)
+            .build()
+    }
+
+    /// Starts configuring a filter.
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    /// Assembles a validated filter; `words` defaults to all clear.
+    pub(crate) fn from_parts(
+        layout: Layout,
+        num_bits: u64,
+        num_hashes: u32,
+        hasher: KeyHasher,
+        capacity: Option<u64>,
+        target_fpr: Option<f64>,
+        words: Option<BitVector>,
+    ) -> Self {
+        let num_words = num_bits.div_ceil(64) as usize;
+        let bits = words.unwrap_or_else(|| BitVector::zeroed(num_words));
+        debug_assert_eq!(bits.len(), num_words);
+        Self {
+            bits,
+            num_bits,
+            num_blocks: num_bits / BLOCK_BITS,
+            num_hashes,
+            layout,
+            hasher,
+            capacity,
+            target_fpr,
+        }
+    }
+
+    /// Adds `key`. Returns `true` if it was not (maybe) present before, i.e. at least one of
+    /// its bits was clear.
+    #[inline]
+    pub fn insert<K: Key + ?Sized>(&self, key: &K) -> bool {
+        self.insert_hash(self.hasher.hash(key))
+    }
+
+    /// `false` means `key` was definitely never inserted; `true` means it probably was.
+    #[inline]
+    pub fn contains<K: Key + ?Sized>(&self, key: &K) -> bool {
+        self.contains_hash(self.hasher.hash(key))
+    }
+
+    /// Inserts every key. Keys are hashed a batch ahead and their cache lines prefetched, so
+    /// on a filter larger than the CPU cache the memory accesses overlap.
+    pub fn insert_many<I>(&self, keys: I)
+    where
+        I: IntoIterator,
+        I::Item: Key,
+    {
+        self.batched(keys, |h| {
+            self.insert_hash(h);
+        });
+    }
+
+    /// Looks every key up; the answers are in the keys' order. Prefetches like
+    /// [`insert_many`](Self::insert_many), which makes it several times faster than a loop of
+    /// [`contains`](Self::contains) on a filter larger than the CPU cache.
+    pub fn contains_many<I>(&self, keys: I) -> Vec<bool>
+    where
+        I: IntoIterator,
+        I::Item: Key,
+    {
+        let keys = keys.into_iter();
+        let mut found = Vec::with_capacity(keys.size_hint().0);
+        self.batched(keys, |h| found.push(self.contains_hash(h)));
+        found
+    }
+
+    /// Hashes keys `BATCH` at a time, prefetching each one's lines, then hands the hashes on.
+    #[inline]
+    fn batched<I>(&self, keys: I, mut then: impl FnMut(KeyHash))
+    where
+        I: IntoIterator,
+        I::Item: Key,
+    {
+        let mut pending = [KeyHash { h1: 0, h2: 0 }; BATCH];
+        let mut len = 0;
+        for key in keys {
+            let h = self.hasher.hash(&key);
+            self.prefetch(h);
+            pending[len] = h;
+            len += 1;
+            if len == BATCH {
+                pending.iter().for_each(|&h| then(h));
+                len = 0;
+            }
+        }
+        pending[..len].iter().for_each(|&h| then(h));
+    }
+
+    #[inline(always)]
+    fn prefetch(&self, h: KeyHash) {
+        match self.layout {
+            Layout::Blocked => self
+                .bits
+                .prefetch(reduce(h.h1, self.num_blocks) as usize * 8),
+            Layout::Classic => for_each_classic(h, self.num_hashes, self.num_bits, |bit| {
+                self.bits.prefetch((bit >> 6) as usize);
+                true
+            }),
+        }
+    }
+
+    #[inline(always)]
+    fn insert_hash(&self, h: KeyHash) -> bool {
+        let mut added = false;
+        match self.layout {
+            Layout::Blocked => {
+                let first_word = reduce(h.h1, self.num_blocks) as usize * 8;
+                for_each_in_block(h, self.num_hashes, 9, |bit| {
+                    added |= self.bits.set(first_word + (bit >> 6), 1u64 << (bit & 63));
+                });
+            }
+            Layout::Classic => for_each_classic(h, self.num_hashes, self.num_bits, |bit| {
+                added |= self.bits.set((bit >> 6) as usize, 1u64 << (bit & 63));
+                true
+            }),
+        }
+        added
+    }
+
+    #[inline(always)]
+    fn contains_hash(&self, h: KeyHash) -> bool {
+        match self.layout {
+            Layout::Blocked => {
+                // Branch-free over the one cache line: a data-dependent early exit would
+                // mispredict on half the misses and stall the lookups queued behind it, while
+                // the k loads after the first hit L1 and run in parallel.
+                let block = self.bits.block(reduce(h.h1, self.num_blocks) as usize);
+                let mut all = 1u64;
+                for_each_in_block(h, self.num_hashes, 9, |bit| {
+                    all &= block[bit >> 6].load(crate::sync::Ordering::Relaxed) >> (bit & 63);
+                });
+                all & 1 == 1
+            }
+            Layout::Classic => {
+                // Each probe may be a cache miss of its own: stop at the first clear bit.
+                let mut all = true;
+                for_each_classic(h, self.num_hashes, self.num_bits, |bit| {
+                    all = self.bits.test(bit);
+                    all
+                });
+                all
+            }
+        }
+    }
+
+    /// The number of bits, m.
+    pub fn num_bits(&self) -> u64 {
+        self.num_bits
+    }
+
+    /// The number of hash probes per key, k.
+    pub fn num_hashes(&self) -> u32 {
+        self.num_hashes
+    }
+
+    /// The layout.
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// The number of keys the filter was sized for, when it was sized by item count.
+    pub fn capacity(&self) -> Option<u64> {
+        self.capacity
+    }
+
+    /// The false-positive rate the filter was sized for, when it was sized by rate.
+    pub fn target_fpr(&self) -> Option<f64> {
+        self.target_fpr
+    }
+
+    /// The secret 128-bit hash key. Two filters can be merged only if their keys are equal.
+    /// Anyone who has it can craft keys the filter wrongly lets through: do not log it.
+    pub fn seed(&self) -> u128 {
+        self.hasher.seed()
+    }
+
+    /// Memory held by the bit array, in bytes.
+    pub fn size_in_bytes(&self) -> usize {
+        self.bits.len() * 8
+    }
+
+    /// The number of set bits (an O(m) scan).
+    pub fn count_ones(&self) -> u64 {
+        self.bits.iter().map(|w| u64::from(w.count_ones())).sum()
+    }
+
+    /// The fraction of bits set, in `[0, 1]`.
+    pub fn fill_ratio(&self) -> f64 {
+        self.count_ones() as f64 / self.num_bits as f64
+    }
+
+    /// Estimated number of distinct keys inserted (Swamidass–Baldi, from the set bits;
+    /// within a few percent up to the sized capacity). Infinite when every bit is set.
+    pub fn estimated_items(&self) -> f64 {
+        params::estimate_items(
+            self.layout,
+            self.num_bits,
+            self.num_hashes,
+            self.count_ones(),
+        )
+    }
+
+    /// The false-positive rate the current bits imply: the probability that a key never
+    /// inserted finds all its bits set. Alarm when this exceeds the target: the filter is
+    /// saturated and should be rebuilt larger.
+    ///
+    /// Exact for the bits as they are: Classic `(ones/m)^k`; Blocked, the mean over blocks of
+    /// `(ones in block / 512)^k`, since a key probes one block chosen uniformly.
+    pub fn current_fpr(&self) -> f64 {
+        let k = self.num_hashes as i32;
+        match self.layout {
+            Layout::Classic => self.fill_ratio().powi(k),
+            Layout::Blocked => {
+                let words: Vec<u64> = self.bits.iter().collect();
+                let sum: f64 = words
+                    .chunks_exact(8)
+                    .map(|block| {
+                        let ones: u32 = block.iter().map(|w| w.count_ones()).sum();
+                        (f64::from(ones) / BLOCK_BITS as f64).powi(k)
+                    })
+                    .sum();
+                sum / self.num_blocks as f64
+            }
+        }
+    }
+
+    /// Checks that `other` has the same size, `k`, layout and hash key, so that the two
+    /// can be combined bit by bit.
+    pub fn check_compatible(&self, other: &BloomFilter) -> Result<(), IncompatibleError> {
+        let mismatch = if self.num_bits != other.num_bits {
+            Mismatch::Bits {
+                ours: self.num_bits,
+                theirs: other.num_bits,
+            }
+        } else if self.num_hashes != other.num_hashes {
+            Mismatch::Hashes {
+                ours: self.num_hashes,
+                theirs: other.num_hashes,
+            }
+        } else if self.layout != other.layout {
+            Mismatch::Layout {
+                ours: self.layout,
+                theirs: other.layout,
+            }
+        } else if self.hasher.seed() != other.hasher.seed() {
+            Mismatch::HashKey
+        } else {
+            return Ok(());
+        };
+        Err(IncompatibleError { mismatch })
+    }
+
+    /// Adds every key of `other` (bitwise OR). Afterwards `self` answers "maybe" for every
+    /// key inserted into either.
+    pub fn union(&self, other: &BloomFilter) -> Result<(), IncompatibleError> {
+        self.check_compatible(other)?;
+        for (i, w) in other.bits.iter().enumerate() {
+            self.bits.or_word(i, w);
+        }
+        Ok(())
+    }
+
+    /// Keeps only bits set in both (bitwise AND): answers "maybe" for keys in both filters
+    /// (and, as with any Bloom filter, some that are not).
+    pub fn intersect(&self, other: &BloomFilter) -> Result<(), IncompatibleError> {
+        self.check_compatible(other)?;
+        for (i, w) in other.bits.iter().enumerate() {
+            self.bits.and_word(i, w);
+        }
+        Ok(())
+    }
+
+    /// Clears every bit. Inserts racing with `clear` may be lost: clear only a filter
+    /// nobody is inserting into.
+    pub fn clear(&self) {
+        self.bits.clear();
+    }
+
+    /// The bit array's words, least significant bit first (a snapshot under concurrent
+    /// inserts: each word is read atomically, the whole is not).
+    pub(crate) fn words(&self) -> impl ExactSizeIterator<Item = u64> + '_ {
+        self.bits.iter()
+    }
+}
+
+impl Clone for BloomFilter {
+    /// A snapshot of the bits (each word read atomically).
+    fn clone(&self) -> Self {
+        Self::from_parts(
+            self.layout,
+            self.num_bits,
+            self.num_hashes,
+            self.hasher.clone(),
+            self.capacity,
+            self.target_fpr,
+            Some(BitVector::from_words(self.bits.iter())),
+        )
+    }
+}
+
+impl fmt::Debug for BloomFilter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The hash key is secret and the bits are large: neither is printed.
+        f.debug_struct("BloomFilter")
+            .field("layout", &self.layout)
+            .field("num_bits", &self.num_bits)
+            .field("num_hashes", &self.num_hashes)
+            .field("capacity", &self.capacity)
+            .field("target_fpr", &self.target_fpr)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Two filters cannot be combined bit by bit: [`IncompatibleError::mismatch`] says why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("filters are incompatible: {mismatch}")]
+pub struct IncompatibleError {
+    mismatch: Mismatch,
+}
+
+impl IncompatibleError {
+    /// The first parameter that differs.
+    pub fn mismatch(&self) -> &Mismatch {
+        &self.mismatch
+    }
+}
+
+/// Which parameter differs between two filters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Mismatch {
+    /// Different number of bits.
+    Bits {
+        /// This filter's m.
+        ours: u64,
+        /// The other filter's m.
+        theirs: u64,
+    },
+    /// Different number of hashes.
+    Hashes {
+        /// This filter's k.
+        ours: u32,
+        /// The other filter's k.
+        theirs: u32,
+    },
+    /// Different layouts.
+    Layout {
+        /// This filter's layout.
+        ours: Layout,
+        /// The other filter's layout.
+        theirs: Layout,
+    },
+    /// Different hash keys (seeds); the keys themselves are secret and not shown.
+    HashKey,
+}
+
+impl fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Mismatch::Bits { ours, theirs } => {
+                write!(f, "number of bits differs ({ours} vs {theirs})")
+            }
+            Mismatch::Hashes { ours, theirs } => {
+                write!(f, "number of hashes differs ({ours} vs {theirs})")
+            }
+            Mismatch::Layout { ours, theirs } => write!(f, "layout differs ({ours} vs {theirs})"),
+            Mismatch::HashKey => f.write_str("hash keys (seeds) differ"),
+        }
+    }
+}

@@ -1,0 +1,360 @@
+//! The file format: a fixed 64-byte header, the words, and a CRC-32C over both.
+//! `docs/FORMAT.md` at the repository root documents it byte by byte.
+
+use std::io::{self, Read, Write};
+
+use crc::{CRC_32_ISCSI, Crc, Digest, Table};
+
+use crate::bit_vector::BitVector;
+use crate::builder::{check_hashes, round_bits};
+use crate::hasher::KeyHasher;
+use crate::{BloomFilter, Layout};
+
+/// The first eight bytes of every file. The high byte catches 7-bit transfers, the CR LF pair
+/// newline translation, 0x1A a DOS `type` (the same trick as PNG's signature).
+pub const MAGIC: [u8; 8] = [0x89, b'B', b'L', b'M', b'\r', b'\n', 0x1A, b'\n'];
+
+/// The format version this crate writes. It reads every version up to this one.
+pub const FORMAT_VERSION: u16 = 1;
+
+/// Bytes before the words.
+pub(crate) const HEADER_LEN: usize = 64;
+/// Bytes after the words (the checksum).
+pub(crate) const TRAILER_LEN: usize = 4;
+
+/// What the payload words hold; a file of one kind is refused by a reader of another.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// One bit per slot: [`BloomFilter`].
+    Bits = 0,
+}
+
+static CRC32C: Crc<u32, Table<16>> = Crc::<u32, Table<16>>::new(&CRC_32_ISCSI);
+
+/// Why a byte string or file is not a valid filter. Each problem has its own variant.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// The input does not start with [`MAGIC`]: it is not a filter file.
+    #[error("not a bloom filter file (bad magic bytes)")]
+    BadMagic,
+    /// Written by a newer version of this format.
+    #[error("unsupported format version {found} (this build reads up to version {FORMAT_VERSION})")]
+    UnsupportedVersion {
+        /// The version in the file.
+        found: u16,
+    },
+    /// A kind of structure this reader does not load.
+    #[error("unsupported filter kind {found} in the header")]
+    UnsupportedKind {
+        /// The kind byte in the file.
+        found: u8,
+    },
+    /// An unknown layout byte.
+    #[error("unknown layout {found} in the header")]
+    UnknownLayout {
+        /// The layout byte in the file.
+        found: u8,
+    },
+    /// The input ends before the filter does.
+    #[error("file is truncated: {available} bytes, the header promises {needed}")]
+    Truncated {
+        /// Bytes a complete file has (or the header alone, if even that is cut).
+        needed: u64,
+        /// Bytes present.
+        available: u64,
+    },
+    /// Bytes follow the checksum.
+    #[error("{extra} unexpected bytes after the end of the filter")]
+    TrailingBytes {
+        /// How many (at least; a reader stops counting at one).
+        extra: u64,
+    },
+    /// The header's fields contradict each other or are out of range.
+    #[error("inconsistent header: {0}")]
+    Inconsistent(&'static str),
+    /// The stored checksum does not match the content: the file is corrupt.
+    #[error(
+        "checksum mismatch: file says {stored:#010x}, content gives {computed:#010x} (corrupt file)"
+    )]
+    ChecksumMismatch {
+        /// CRC-32C stored in the file.
+        stored: u32,
+        /// CRC-32C computed over the content.
+        computed: u32,
+    },
+    /// Reading failed.
+    #[error("read failed: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// The parsed, validated 64-byte header.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Header {
+    pub(crate) kind: Kind,
+    pub(crate) layout: Layout,
+    pub(crate) num_hashes: u32,
+    pub(crate) num_bits: u64,
+    pub(crate) seed: u128,
+    pub(crate) capacity: Option<u64>,
+    pub(crate) target_fpr: Option<f64>,
+    pub(crate) num_words: u64,
+}
+
+impl Header {
+    fn of(filter: &BloomFilter) -> Self {
+        Self {
+            kind: Kind::Bits,
+            layout: filter.layout(),
+            num_hashes: filter.num_hashes(),
+            num_bits: filter.num_bits(),
+            seed: filter.seed(),
+            capacity: filter.capacity(),
+            target_fpr: filter.target_fpr(),
+            num_words: filter.num_bits().div_ceil(64),
+        }
+    }
+
+    fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut h = [0u8; HEADER_LEN];
+        h[0..8].copy_from_slice(&MAGIC);
+        h[8..10].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        h[10] = self.kind as u8;
+        h[11] = self.layout.to_byte();
+        h[12..16].copy_from_slice(&self.num_hashes.to_le_bytes());
+        h[16..24].copy_from_slice(&self.num_bits.to_le_bytes());
+        h[24..40].copy_from_slice(&self.seed.to_le_bytes());
+        h[40..48].copy_from_slice(&self.capacity.unwrap_or(0).to_le_bytes());
+        h[48..56].copy_from_slice(&self.target_fpr.unwrap_or(0.0).to_bits().to_le_bytes());
+        h[56..64].copy_from_slice(&self.num_words.to_le_bytes());
+        h
+    }
+
+    /// Parses and validates a header. `bytes` may be shorter than a header: the magic is
+    /// still checked first, so a short non-filter reads as `BadMagic`, a short filter as
+    /// `Truncated`.
+    fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        let magic_len = bytes.len().min(MAGIC.len());
+        if bytes[..magic_len] != MAGIC[..magic_len] {
+            return Err(DecodeError::BadMagic);
+        }
+        if bytes.len() < HEADER_LEN {
+            return Err(DecodeError::Truncated {
+                needed: HEADER_LEN as u64,
+                available: bytes.len() as u64,
+            });
+        }
+        let u16_at = |i: usize| u16::from_le_bytes(bytes[i..i + 2].try_into().unwrap());
+        let u32_at = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().unwrap());
+        let u64_at = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().unwrap());
+
+        let version = u16_at(8);
+        if version == 0 || version > FORMAT_VERSION {
+            return Err(DecodeError::UnsupportedVersion { found: version });
+        }
+        let kind = match bytes[10] {
+            0 => Kind::Bits,
+            found => return Err(DecodeError::UnsupportedKind { found }),
+        };
+        let layout =
+            Layout::from_byte(bytes[11]).ok_or(DecodeError::UnknownLayout { found: bytes[11] })?;
+        let num_hashes = u32_at(12);
+        let num_bits = u64_at(16);
+        let seed = u128::from_le_bytes(bytes[24..40].try_into().unwrap());
+        let capacity = u64_at(40);
+        let target_fpr = f64::from_bits(u64_at(48));
+        let num_words = u64_at(56);
+
+        if check_hashes(num_hashes).is_err() {
+            return Err(DecodeError::Inconsistent(
+                "number of hashes is 0 or above the maximum",
+            ));
+        }
+        match round_bits(layout, num_bits) {
+            Ok(rounded) if rounded == num_bits => {}
+            Ok(_) => {
+                return Err(DecodeError::Inconsistent(
+                    "blocked layout with bits not a multiple of 512",
+                ));
+            }
+            Err(_) => {
+                return Err(DecodeError::Inconsistent(
+                    "number of bits is 0 or above the maximum",
+                ));
+            }
+        }
+        if num_words != num_bits.div_ceil(64) {
+            return Err(DecodeError::Inconsistent(
+                "word count does not match the number of bits",
+            ));
+        }
+        if target_fpr != 0.0 && !(target_fpr > 0.0 && target_fpr < 1.0) {
+            return Err(DecodeError::Inconsistent(
+                "target false-positive rate outside (0, 1)",
+            ));
+        }
+        Ok(Self {
+            kind,
+            layout,
+            num_hashes,
+            num_bits,
+            seed,
+            capacity: (capacity != 0).then_some(capacity),
+            target_fpr: (target_fpr != 0.0).then_some(target_fpr),
+            num_words,
+        })
+    }
+
+    /// Bytes of the complete file.
+    fn file_len(&self) -> u64 {
+        HEADER_LEN as u64 + self.num_words * 8 + TRAILER_LEN as u64
+    }
+
+    fn into_filter(self, words: BitVector) -> Result<BloomFilter, DecodeError> {
+        // Bits past m in the last word are never set by this crate; set ones mean the file
+        // was not written by it (or was corrupted before its checksum was computed).
+        let tail_bits = self.num_bits % 64;
+        if tail_bits != 0 && words.load(words.len() - 1) >> tail_bits != 0 {
+            return Err(DecodeError::Inconsistent(
+                "bits set beyond the filter's last bit",
+            ));
+        }
+        Ok(BloomFilter::from_parts(
+            self.layout,
+            self.num_bits,
+            self.num_hashes,
+            KeyHasher::new(self.seed),
+            self.capacity,
+            self.target_fpr,
+            Some(words),
+        ))
+    }
+}
+
+impl BloomFilter {
+    /// The filter in the file format (see `docs/FORMAT.md`). It contains the secret hash
+    /// key: store it like a credential.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let header = Header::of(self);
+        let mut out = Vec::with_capacity(header.file_len() as usize);
+        out.extend_from_slice(&header.encode());
+        for w in self.words() {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+        let crc = CRC32C.checksum(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    /// Writes [`to_bytes`](Self::to_bytes)'s output to `w` without building it in memory.
+    pub fn write_to<W: Write + ?Sized>(&self, w: &mut W) -> io::Result<()> {
+        let mut digest = CRC32C.digest();
+        let header = Header::of(self).encode();
+        digest.update(&header);
+        w.write_all(&header)?;
+        let mut buf = Vec::with_capacity(64 * 1024);
+        for word in self.words() {
+            buf.extend_from_slice(&word.to_le_bytes());
+            if buf.len() == buf.capacity() {
+                digest.update(&buf);
+                w.write_all(&buf)?;
+                buf.clear();
+            }
+        }
+        digest.update(&buf);
+        w.write_all(&buf)?;
+        w.write_all(&digest.finalize().to_le_bytes())
+    }
+
+    /// Reads a filter from exactly `bytes`; any defect is a distinct [`DecodeError`].
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, DecodeError> {
+        let header = Header::decode(bytes)?;
+        let needed = header.file_len();
+        let available = bytes.len() as u64;
+        if available < needed {
+            return Err(DecodeError::Truncated { needed, available });
+        }
+        if available > needed {
+            return Err(DecodeError::TrailingBytes {
+                extra: available - needed,
+            });
+        }
+        let body_end = bytes.len() - TRAILER_LEN;
+        let stored = u32::from_le_bytes(bytes[body_end..].try_into().unwrap());
+        let computed = CRC32C.checksum(&bytes[..body_end]);
+        if stored != computed {
+            return Err(DecodeError::ChecksumMismatch { stored, computed });
+        }
+        let words = bytes[HEADER_LEN..body_end]
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()));
+        header.into_filter(BitVector::from_words(words))
+    }
+
+    /// Reads one filter from `r`, which must hold exactly one filter: bytes after it are an
+    /// error ([`DecodeError::TrailingBytes`]). Memory grows only as data arrives, so a
+    /// header that claims a huge filter cannot make it allocate more than the input backs.
+    pub fn read_from<R: Read + ?Sized>(r: &mut R) -> Result<Self, DecodeError> {
+        let mut header_bytes = [0u8; HEADER_LEN];
+        let got = read_up_to(r, &mut header_bytes)?;
+        let header = Header::decode(&header_bytes[..got])?;
+        let needed = header.file_len();
+        let mut digest = CRC32C.digest();
+        digest.update(&header_bytes);
+
+        let mut words: Vec<u64> = Vec::new();
+        let mut chunk = vec![0u8; 64 * 1024];
+        let mut remaining = header.num_words * 8;
+        while remaining > 0 {
+            let want = remaining.min(chunk.len() as u64) as usize;
+            let got = read_up_to(r, &mut chunk[..want])?;
+            if got < want {
+                let available = needed - remaining - TRAILER_LEN as u64 + got as u64;
+                return Err(DecodeError::Truncated { needed, available });
+            }
+            digest_words(&mut digest, &chunk[..got], &mut words);
+            remaining -= got as u64;
+        }
+        let mut trailer = [0u8; TRAILER_LEN];
+        let got = read_up_to(r, &mut trailer)?;
+        if got < TRAILER_LEN {
+            return Err(DecodeError::Truncated {
+                needed,
+                available: needed - (TRAILER_LEN - got) as u64,
+            });
+        }
+        let stored = u32::from_le_bytes(trailer);
+        let computed = digest.finalize();
+        if stored != computed {
+            return Err(DecodeError::ChecksumMismatch { stored, computed });
+        }
+        if read_up_to(r, &mut [0u8; 1])? != 0 {
+            return Err(DecodeError::TrailingBytes { extra: 1 });
+        }
+        header.into_filter(BitVector::from_words(words))
+    }
+}
+
+fn digest_words(digest: &mut Digest<'_, u32, Table<16>>, bytes: &[u8], words: &mut Vec<u64>) {
+    digest.update(bytes);
+    words.extend(
+        bytes
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap())),
+    );
+}
+
+/// Fills as much of `buf` as the reader has; returns how much (less than `buf.len()` only at
+/// end of input).
+fn read_up_to<R: Read + ?Sized>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match r.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}

@@ -1,0 +1,18 @@
+#![doc = include_str!("../README.md")]
+
+mod bit_vector;
+mod builder;
+mod filter;
+mod format;
+mod hasher;
+mod key;
+mod layout;
+pub mod params;
+mod sync;
+
+pub use builder::{BuildError, Builder};
+pub use filter::{BloomFilter, IncompatibleError, Mismatch};
+pub use format::{DecodeError, FORMAT_VERSION, MAGIC};
+pub use key::Key;
+pub use layout::{Layout, ParseLayoutError};
+pub use params::Params;
