@@ -67,6 +67,12 @@ pub enum BuildError {
         "both .bits(m) and .false_positive_rate(p) given: size the filter one way or the other"
     )]
     ConflictingSize,
+    /// A scalable filter's growth factor below 1 (or not finite).
+    #[error("growth factor must be at least 1 (2 doubles each stage), got {0}")]
+    InvalidGrowthFactor(f64),
+    /// A scalable filter's tightening ratio outside (0, 1).
+    #[error("tightening ratio must be strictly between 0 and 1 (e.g. 0.5), got {0}")]
+    InvalidTighteningRatio(f64),
     /// The operating system's random source failed while choosing the secret hash key.
     #[error(
         "could not draw a random hash key from the operating system ({0}); set one with .seed(..)"
@@ -155,6 +161,35 @@ impl Builder {
 
     /// Builds the filter, or says which parameter to change.
     pub fn build(self) -> Result<BloomFilter, BuildError> {
+        let r = self.resolve()?;
+        Ok(BloomFilter::from_parts(
+            r.layout,
+            r.slots,
+            r.hashes,
+            r.hasher,
+            r.capacity,
+            r.target_fpr,
+            None,
+        ))
+    }
+
+    /// Builds a [`CountingBloomFilter`](crate::CountingBloomFilter) of the same size in
+    /// slots (each a 4-bit counter, so 4× the memory of [`build`](Self::build)'s filter).
+    pub fn build_counting(self) -> Result<crate::CountingBloomFilter, BuildError> {
+        let r = self.resolve()?;
+        Ok(crate::CountingBloomFilter::from_parts(
+            r.layout,
+            r.slots,
+            r.hashes,
+            r.hasher,
+            r.capacity,
+            r.target_fpr,
+            None,
+        ))
+    }
+
+    /// Checks the settings and works out the size.
+    pub(crate) fn resolve(self) -> Result<Resolved, BuildError> {
         let layout = self.layout;
         let (bits, hashes) = match (self.bits, self.false_positive_rate, self.expected_items) {
             (Some(_), Some(_), _) => return Err(BuildError::ConflictingSize),
@@ -185,16 +220,25 @@ impl Builder {
             Some(seed) => KeyHasher::new(seed),
             None => KeyHasher::random().map_err(BuildError::Random)?,
         };
-        Ok(BloomFilter::from_parts(
+        Ok(Resolved {
             layout,
-            bits,
+            slots: bits,
             hashes,
             hasher,
-            self.expected_items,
-            self.false_positive_rate,
-            None,
-        ))
+            capacity: self.expected_items,
+            target_fpr: self.false_positive_rate,
+        })
     }
+}
+
+/// A builder's settings, checked and sized.
+pub(crate) struct Resolved {
+    pub(crate) layout: Layout,
+    pub(crate) slots: u64,
+    pub(crate) hashes: u32,
+    pub(crate) hasher: KeyHasher,
+    pub(crate) capacity: Option<u64>,
+    pub(crate) target_fpr: Option<f64>,
 }
 
 /// Validates `m` and rounds it up to what the layout stores (whole blocks for Blocked).

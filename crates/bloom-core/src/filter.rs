@@ -156,7 +156,7 @@ impl BloomFilter {
     }
 
     #[inline(always)]
-    fn insert_hash(&self, h: KeyHash) -> bool {
+    pub(crate) fn insert_hash(&self, h: KeyHash) -> bool {
         let mut added = false;
         match self.layout {
             Layout::Blocked => {
@@ -174,7 +174,7 @@ impl BloomFilter {
     }
 
     #[inline(always)]
-    fn contains_hash(&self, h: KeyHash) -> bool {
+    pub(crate) fn contains_hash(&self, h: KeyHash) -> bool {
         match self.layout {
             Layout::Blocked => {
                 // Branch-free over the one cache line: a data-dependent early exit would

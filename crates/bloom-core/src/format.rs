@@ -27,6 +27,37 @@ pub(crate) const TRAILER_LEN: usize = 4;
 pub(crate) enum Kind {
     /// One bit per slot: [`BloomFilter`].
     Bits = 0,
+    /// A 4-bit counter per slot, 16 per word: [`CountingBloomFilter`](crate::CountingBloomFilter).
+    Counting = 1,
+    /// A list of [`Kind::Bits`] stages: [`ScalableBloomFilter`](crate::ScalableBloomFilter).
+    Scalable = 2,
+}
+
+impl Kind {
+    fn from_byte(b: u8) -> Option<Self> {
+        match b {
+            0 => Some(Kind::Bits),
+            1 => Some(Kind::Counting),
+            2 => Some(Kind::Scalable),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Kind::Bits => "plain Bloom filter",
+            Kind::Counting => "counting Bloom filter",
+            Kind::Scalable => "scalable Bloom filter",
+        }
+    }
+
+    /// Slots held by one 64-bit word.
+    fn slots_per_word(self) -> u64 {
+        match self {
+            Kind::Counting => 16,
+            Kind::Bits | Kind::Scalable => 64,
+        }
+    }
 }
 
 static CRC32C: Crc<u32, Table<16>> = Crc::<u32, Table<16>>::new(&CRC_32_ISCSI);
@@ -44,11 +75,19 @@ pub enum DecodeError {
         /// The version in the file.
         found: u16,
     },
-    /// A kind of structure this reader does not load.
+    /// A kind of structure this version does not know.
     #[error("unsupported filter kind {found} in the header")]
     UnsupportedKind {
         /// The kind byte in the file.
         found: u8,
+    },
+    /// A valid file of another structure (say, a counting filter read as a plain one).
+    #[error("the file holds a {found}, not a {expected}")]
+    WrongKind {
+        /// What the reader loads.
+        expected: &'static str,
+        /// What the file holds.
+        found: &'static str,
     },
     /// An unknown layout byte.
     #[error("unknown layout {found} in the header")]
@@ -102,20 +141,40 @@ pub(crate) struct Header {
 }
 
 impl Header {
-    fn of(filter: &BloomFilter) -> Self {
+    pub(crate) fn of(filter: &BloomFilter) -> Self {
+        Self::new(
+            Kind::Bits,
+            filter.layout(),
+            filter.num_bits(),
+            filter.num_hashes(),
+            filter.seed(),
+            filter.capacity(),
+            filter.target_fpr(),
+        )
+    }
+
+    pub(crate) fn new(
+        kind: Kind,
+        layout: Layout,
+        num_slots: u64,
+        num_hashes: u32,
+        seed: u128,
+        capacity: Option<u64>,
+        target_fpr: Option<f64>,
+    ) -> Self {
         Self {
-            kind: Kind::Bits,
-            layout: filter.layout(),
-            num_hashes: filter.num_hashes(),
-            num_bits: filter.num_bits(),
-            seed: filter.seed(),
-            capacity: filter.capacity(),
-            target_fpr: filter.target_fpr(),
-            num_words: filter.num_bits().div_ceil(64),
+            kind,
+            layout,
+            num_hashes,
+            num_bits: num_slots,
+            seed,
+            capacity,
+            target_fpr,
+            num_words: num_slots.div_ceil(kind.slots_per_word()),
         }
     }
 
-    fn encode(&self) -> [u8; HEADER_LEN] {
+    pub(crate) fn encode(&self) -> [u8; HEADER_LEN] {
         let mut h = [0u8; HEADER_LEN];
         h[0..8].copy_from_slice(&MAGIC);
         h[8..10].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -133,7 +192,7 @@ impl Header {
     /// Parses and validates a header. `bytes` may be shorter than a header: the magic is
     /// still checked first, so a short non-filter reads as `BadMagic`, a short filter as
     /// `Truncated`.
-    fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+    pub(crate) fn decode(bytes: &[u8], expected: Kind) -> Result<Self, DecodeError> {
         let magic_len = bytes.len().min(MAGIC.len());
         if bytes[..magic_len] != MAGIC[..magic_len] {
             return Err(DecodeError::BadMagic);
@@ -152,10 +211,15 @@ impl Header {
         if version == 0 || version > FORMAT_VERSION {
             return Err(DecodeError::UnsupportedVersion { found: version });
         }
-        let kind = match bytes[10] {
-            0 => Kind::Bits,
-            found => return Err(DecodeError::UnsupportedKind { found }),
-        };
+        let kind =
+            Kind::from_byte(bytes[10]).ok_or(DecodeError::UnsupportedKind { found: bytes[10] })?;
+        // Other kinds lay out the rest of the header differently: stop here.
+        if kind != expected {
+            return Err(DecodeError::WrongKind {
+                expected: expected.name(),
+                found: kind.name(),
+            });
+        }
         let layout =
             Layout::from_byte(bytes[11]).ok_or(DecodeError::UnknownLayout { found: bytes[11] })?;
         let num_hashes = u32_at(12);
@@ -183,7 +247,7 @@ impl Header {
                 ));
             }
         }
-        if num_words != num_bits.div_ceil(64) {
+        if num_words != num_bits.div_ceil(kind.slots_per_word()) {
             return Err(DecodeError::Inconsistent(
                 "word count does not match the number of bits",
             ));
@@ -210,128 +274,164 @@ impl Header {
         HEADER_LEN as u64 + self.num_words * 8 + TRAILER_LEN as u64
     }
 
-    fn into_filter(self, words: BitVector) -> Result<BloomFilter, DecodeError> {
-        // Bits past m in the last word are never set by this crate; set ones mean the file
-        // was not written by it (or was corrupted before its checksum was computed).
-        let tail_bits = self.num_bits % 64;
-        if tail_bits != 0 && words.load(words.len() - 1) >> tail_bits != 0 {
-            return Err(DecodeError::Inconsistent(
-                "bits set beyond the filter's last bit",
-            ));
+    /// Slots past m in the last word are never set by this crate; set ones mean the file
+    /// was not written by it (or was corrupted before its checksum was computed).
+    fn check_tail(&self, words: &[u64]) -> Result<(), DecodeError> {
+        let used_bits =
+            (self.num_bits % self.kind.slots_per_word()) * (64 / self.kind.slots_per_word());
+        match words.last() {
+            Some(last) if used_bits != 0 && last >> used_bits != 0 => Err(
+                DecodeError::Inconsistent("slots set beyond the filter's last slot"),
+            ),
+            _ => Ok(()),
         }
-        Ok(BloomFilter::from_parts(
-            self.layout,
-            self.num_bits,
-            self.num_hashes,
-            KeyHasher::new(self.seed),
-            self.capacity,
-            self.target_fpr,
-            Some(words),
-        ))
     }
+}
+
+/// A header followed by its word array and a CRC-32C over both.
+pub(crate) fn encode_words(header: &Header, words: impl Iterator<Item = u64>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(header.file_len() as usize);
+    out.extend_from_slice(&header.encode());
+    for w in words {
+        out.extend_from_slice(&w.to_le_bytes());
+    }
+    let crc = CRC32C.checksum(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// [`encode_words`] streamed to `w` without building the file in memory.
+pub(crate) fn write_words<W: Write + ?Sized>(
+    w: &mut W,
+    header: &Header,
+    words: impl Iterator<Item = u64>,
+) -> io::Result<()> {
+    let mut digest = CRC32C.digest();
+    let header = header.encode();
+    digest.update(&header);
+    w.write_all(&header)?;
+    let mut buf = Vec::with_capacity(64 * 1024);
+    for word in words {
+        buf.extend_from_slice(&word.to_le_bytes());
+        if buf.len() == buf.capacity() {
+            digest.update(&buf);
+            w.write_all(&buf)?;
+            buf.clear();
+        }
+    }
+    digest.update(&buf);
+    w.write_all(&buf)?;
+    w.write_all(&digest.finalize().to_le_bytes())
+}
+
+/// Parses exactly `bytes` as a file of `kind`.
+pub(crate) fn decode_words(bytes: &[u8], kind: Kind) -> Result<(Header, Vec<u64>), DecodeError> {
+    let header = Header::decode(bytes, kind)?;
+    let needed = header.file_len();
+    let available = bytes.len() as u64;
+    if available < needed {
+        return Err(DecodeError::Truncated { needed, available });
+    }
+    if available > needed {
+        return Err(DecodeError::TrailingBytes {
+            extra: available - needed,
+        });
+    }
+    let body_end = bytes.len() - TRAILER_LEN;
+    let stored = u32::from_le_bytes(bytes[body_end..].try_into().unwrap());
+    let computed = CRC32C.checksum(&bytes[..body_end]);
+    if stored != computed {
+        return Err(DecodeError::ChecksumMismatch { stored, computed });
+    }
+    let words: Vec<u64> = bytes[HEADER_LEN..body_end]
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    header.check_tail(&words)?;
+    Ok((header, words))
+}
+
+/// Reads one file of `kind` from `r`, which must end right after it.
+pub(crate) fn read_words<R: Read + ?Sized>(
+    r: &mut R,
+    kind: Kind,
+) -> Result<(Header, Vec<u64>), DecodeError> {
+    let mut header_bytes = [0u8; HEADER_LEN];
+    let got = read_up_to(r, &mut header_bytes)?;
+    let header = Header::decode(&header_bytes[..got], kind)?;
+    let needed = header.file_len();
+    let mut digest = CRC32C.digest();
+    digest.update(&header_bytes);
+
+    let mut words: Vec<u64> = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut remaining = header.num_words * 8;
+    while remaining > 0 {
+        let want = remaining.min(chunk.len() as u64) as usize;
+        let got = read_up_to(r, &mut chunk[..want])?;
+        if got < want {
+            let available = needed - remaining - TRAILER_LEN as u64 + got as u64;
+            return Err(DecodeError::Truncated { needed, available });
+        }
+        digest_words(&mut digest, &chunk[..got], &mut words);
+        remaining -= got as u64;
+    }
+    let mut trailer = [0u8; TRAILER_LEN];
+    let got = read_up_to(r, &mut trailer)?;
+    if got < TRAILER_LEN {
+        return Err(DecodeError::Truncated {
+            needed,
+            available: needed - (TRAILER_LEN - got) as u64,
+        });
+    }
+    let stored = u32::from_le_bytes(trailer);
+    let computed = digest.finalize();
+    if stored != computed {
+        return Err(DecodeError::ChecksumMismatch { stored, computed });
+    }
+    if read_up_to(r, &mut [0u8; 1])? != 0 {
+        return Err(DecodeError::TrailingBytes { extra: 1 });
+    }
+    header.check_tail(&words)?;
+    Ok((header, words))
 }
 
 impl BloomFilter {
     /// The filter in the file format (see `docs/FORMAT.md`). It contains the secret hash
     /// key: store it like a credential.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let header = Header::of(self);
-        let mut out = Vec::with_capacity(header.file_len() as usize);
-        out.extend_from_slice(&header.encode());
-        for w in self.words() {
-            out.extend_from_slice(&w.to_le_bytes());
-        }
-        let crc = CRC32C.checksum(&out);
-        out.extend_from_slice(&crc.to_le_bytes());
-        out
+        encode_words(&Header::of(self), self.words())
     }
 
     /// Writes [`to_bytes`](Self::to_bytes)'s output to `w` without building it in memory.
     pub fn write_to<W: Write + ?Sized>(&self, w: &mut W) -> io::Result<()> {
-        let mut digest = CRC32C.digest();
-        let header = Header::of(self).encode();
-        digest.update(&header);
-        w.write_all(&header)?;
-        let mut buf = Vec::with_capacity(64 * 1024);
-        for word in self.words() {
-            buf.extend_from_slice(&word.to_le_bytes());
-            if buf.len() == buf.capacity() {
-                digest.update(&buf);
-                w.write_all(&buf)?;
-                buf.clear();
-            }
-        }
-        digest.update(&buf);
-        w.write_all(&buf)?;
-        w.write_all(&digest.finalize().to_le_bytes())
+        write_words(w, &Header::of(self), self.words())
     }
 
     /// Reads a filter from exactly `bytes`; any defect is a distinct [`DecodeError`].
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, DecodeError> {
-        let header = Header::decode(bytes)?;
-        let needed = header.file_len();
-        let available = bytes.len() as u64;
-        if available < needed {
-            return Err(DecodeError::Truncated { needed, available });
-        }
-        if available > needed {
-            return Err(DecodeError::TrailingBytes {
-                extra: available - needed,
-            });
-        }
-        let body_end = bytes.len() - TRAILER_LEN;
-        let stored = u32::from_le_bytes(bytes[body_end..].try_into().unwrap());
-        let computed = CRC32C.checksum(&bytes[..body_end]);
-        if stored != computed {
-            return Err(DecodeError::ChecksumMismatch { stored, computed });
-        }
-        let words = bytes[HEADER_LEN..body_end]
-            .chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().unwrap()));
-        header.into_filter(BitVector::from_words(words))
+        let (header, words) = decode_words(bytes, Kind::Bits)?;
+        Ok(Self::from_header(&header, words))
     }
 
     /// Reads one filter from `r`, which must hold exactly one filter: bytes after it are an
     /// error ([`DecodeError::TrailingBytes`]). Memory grows only as data arrives, so a
     /// header that claims a huge filter cannot make it allocate more than the input backs.
     pub fn read_from<R: Read + ?Sized>(r: &mut R) -> Result<Self, DecodeError> {
-        let mut header_bytes = [0u8; HEADER_LEN];
-        let got = read_up_to(r, &mut header_bytes)?;
-        let header = Header::decode(&header_bytes[..got])?;
-        let needed = header.file_len();
-        let mut digest = CRC32C.digest();
-        digest.update(&header_bytes);
+        let (header, words) = read_words(r, Kind::Bits)?;
+        Ok(Self::from_header(&header, words))
+    }
 
-        let mut words: Vec<u64> = Vec::new();
-        let mut chunk = vec![0u8; 64 * 1024];
-        let mut remaining = header.num_words * 8;
-        while remaining > 0 {
-            let want = remaining.min(chunk.len() as u64) as usize;
-            let got = read_up_to(r, &mut chunk[..want])?;
-            if got < want {
-                let available = needed - remaining - TRAILER_LEN as u64 + got as u64;
-                return Err(DecodeError::Truncated { needed, available });
-            }
-            digest_words(&mut digest, &chunk[..got], &mut words);
-            remaining -= got as u64;
-        }
-        let mut trailer = [0u8; TRAILER_LEN];
-        let got = read_up_to(r, &mut trailer)?;
-        if got < TRAILER_LEN {
-            return Err(DecodeError::Truncated {
-                needed,
-                available: needed - (TRAILER_LEN - got) as u64,
-            });
-        }
-        let stored = u32::from_le_bytes(trailer);
-        let computed = digest.finalize();
-        if stored != computed {
-            return Err(DecodeError::ChecksumMismatch { stored, computed });
-        }
-        if read_up_to(r, &mut [0u8; 1])? != 0 {
-            return Err(DecodeError::TrailingBytes { extra: 1 });
-        }
-        header.into_filter(BitVector::from_words(words))
+    fn from_header(header: &Header, words: Vec<u64>) -> Self {
+        BloomFilter::from_parts(
+            header.layout,
+            header.num_bits,
+            header.num_hashes,
+            KeyHasher::new(header.seed),
+            header.capacity,
+            header.target_fpr,
+            Some(BitVector::from_words(words)),
+        )
     }
 }
 

@@ -118,6 +118,32 @@ pub(crate) fn for_each_classic(
     }
 }
 
+/// Every slot (in `0..num_slots`) a key probes, in either layout, until `visit` returns
+/// false. The structures other than the plain filter's fast path use this, so every variant
+/// puts a key in exactly the slots where [`BloomFilter`](crate::BloomFilter) puts its bits.
+#[inline(always)]
+pub(crate) fn for_each_slot(
+    layout: Layout,
+    hash: KeyHash,
+    k: u32,
+    num_slots: u64,
+    mut visit: impl FnMut(u64) -> bool,
+) {
+    match layout {
+        Layout::Blocked => {
+            let first =
+                reduce(hash.h1, num_slots / crate::params::BLOCK_BITS) * crate::params::BLOCK_BITS;
+            let mut go = true;
+            for_each_in_block(hash, k, 9, |offset| {
+                if go {
+                    go = visit(first + offset as u64);
+                }
+            });
+        }
+        Layout::Classic => for_each_classic(hash, k, num_slots, visit),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,17 +2,21 @@
 
 mod bit_vector;
 mod builder;
+mod counting;
 mod filter;
 mod format;
 mod hasher;
 mod key;
 mod layout;
 pub mod params;
+mod scalable;
 mod sync;
 
 pub use builder::{BuildError, Builder};
+pub use counting::CountingBloomFilter;
 pub use filter::{BloomFilter, IncompatibleError, Mismatch};
 pub use format::{DecodeError, FORMAT_VERSION, MAGIC};
 pub use key::Key;
 pub use layout::{Layout, ParseLayoutError};
 pub use params::Params;
+pub use scalable::{MAX_STAGES, ScalableBloomFilter, ScalableBuilder, StageStats};

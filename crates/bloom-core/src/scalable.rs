@@ -1,0 +1,488 @@
+//! A Bloom filter that grows: a list of plain filters ("stages"), each larger and stricter
+//! than the last (Almeida, Baquero, Preguiça & Hutchison, "Scalable Bloom Filters", 2007).
+
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use arc_swap::ArcSwap;
+use crc::{CRC_32_ISCSI, Crc, Table};
+
+use crate::format::{FORMAT_VERSION, Kind, MAGIC};
+use crate::hasher::KeyHasher;
+use crate::{BloomFilter, BuildError, DecodeError, Key, Layout};
+
+/// The most stages a filter grows to (and a file may hold). With the default growth factor
+/// that is 2⁶⁴ times the initial capacity: far past memory.
+pub const MAX_STAGES: usize = 64;
+
+static CRC32C: Crc<u32, Table<16>> = Crc::<u32, Table<16>>::new(&CRC_32_ISCSI);
+const CONTAINER_HEADER_LEN: usize = 64;
+
+/// A Bloom filter for when the number of keys is not known up front.
+///
+/// It starts as one filter sized for `(initial_capacity, p·(1−r))`. When a stage has taken
+/// its capacity of keys, a new stage is added with `growth` times the capacity and `r` times
+/// the false-positive rate (the *tightening ratio*), so the compound rate
+/// `1 − Π(1 − pᵢ) ≤ Σ p·(1−r)·rⁱ = p` however far it grows. `contains` checks every stage.
+///
+/// Readers never lock: the stage list is swapped atomically (arc-swap). Growth is
+/// serialised by a mutex that only the insert crossing a stage's capacity takes, and happens
+/// once even when many threads cross it together. Inserts racing with a growth land in the
+/// previous stage, which stays correct (every key is still found), only a little fuller.
+///
+/// ```
+/// use bloom_core::ScalableBloomFilter;
+///
+/// let seen = ScalableBloomFilter::new(1_000, 0.01)?; // no need to know the final count
+/// for i in 0..100_000u64 {
+///     seen.insert(&i);
+/// }
+/// assert!(seen.contains(&99_999u64));
+/// assert!(seen.num_stages() > 1);
+/// # Ok::<(), bloom_core::BuildError>(())
+/// ```
+pub struct ScalableBloomFilter {
+    stages: ArcSwap<Vec<Arc<Stage>>>,
+    growing: Mutex<()>,
+    config: Config,
+    hasher: KeyHasher,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Config {
+    initial_capacity: u64,
+    fpr: f64,
+    growth: f64,
+    tightening: f64,
+    layout: Layout,
+}
+
+impl Config {
+    fn stage_capacity(&self, index: usize) -> u64 {
+        (self.initial_capacity as f64 * self.growth.powi(index as i32)).ceil() as u64
+    }
+
+    fn stage_fpr(&self, index: usize) -> f64 {
+        self.fpr * (1.0 - self.tightening) * self.tightening.powi(index as i32)
+    }
+
+    fn build_stage(&self, index: usize, seed: u128) -> Result<Stage, BuildError> {
+        let capacity = self.stage_capacity(index);
+        let filter = BloomFilter::builder()
+            .expected_items(capacity)
+            .false_positive_rate(self.stage_fpr(index))
+            .layout(self.layout)
+            .seed(seed)
+            .build()?;
+        Ok(Stage {
+            filter,
+            capacity,
+            items: AtomicU64::new(0),
+        })
+    }
+}
+
+struct Stage {
+    filter: BloomFilter,
+    capacity: u64,
+    /// Keys inserted that were new to every stage.
+    items: AtomicU64,
+}
+
+/// One stage's figures, from [`ScalableBloomFilter::stage_stats`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct StageStats {
+    /// Keys this stage was sized for.
+    pub capacity: u64,
+    /// Keys inserted into it.
+    pub items: u64,
+    /// Its m.
+    pub num_bits: u64,
+    /// Its k.
+    pub num_hashes: u32,
+    /// The false-positive rate it was sized for.
+    pub target_fpr: f64,
+    /// The fraction of its bits set.
+    pub fill_ratio: f64,
+    /// The false-positive rate its bits imply now.
+    pub current_fpr: f64,
+}
+
+/// Configures a [`ScalableBloomFilter`]; start from [`ScalableBloomFilter::builder`].
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct ScalableBuilder {
+    config: Config,
+    seed: Option<u128>,
+}
+
+impl ScalableBuilder {
+    /// How much larger each stage is than the one before; 2 by default, at least 1.
+    pub fn growth_factor(mut self, growth: f64) -> Self {
+        self.config.growth = growth;
+        self
+    }
+
+    /// How much stricter each stage's false-positive rate is than the one before; 0.5 by
+    /// default, strictly between 0 and 1. Smaller means fewer bits in late stages' favour.
+    pub fn tightening_ratio(mut self, ratio: f64) -> Self {
+        self.config.tightening = ratio;
+        self
+    }
+
+    /// The layout of every stage; Blocked by default.
+    pub fn layout(mut self, layout: Layout) -> Self {
+        self.config.layout = layout;
+        self
+    }
+
+    /// A fixed hash key shared by every stage (see [`crate::Builder::seed`]).
+    pub fn seed(mut self, seed: u128) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Builds the filter with its first stage.
+    pub fn build(self) -> Result<ScalableBloomFilter, BuildError> {
+        let c = self.config;
+        crate::params::check_items_and_rate(c.initial_capacity, c.fpr)?;
+        if !(c.growth.is_finite() && c.growth >= 1.0) {
+            return Err(BuildError::InvalidGrowthFactor(c.growth));
+        }
+        if !(c.tightening > 0.0 && c.tightening < 1.0) {
+            return Err(BuildError::InvalidTighteningRatio(c.tightening));
+        }
+        let hasher = match self.seed {
+            Some(seed) => KeyHasher::new(seed),
+            None => KeyHasher::random().map_err(BuildError::Random)?,
+        };
+        let first = c.build_stage(0, hasher.seed())?;
+        Ok(ScalableBloomFilter::from_stages(
+            c,
+            hasher,
+            vec![Arc::new(first)],
+        ))
+    }
+}
+
+impl ScalableBloomFilter {
+    /// Starts at `initial_capacity` keys, keeps the compound false-positive rate ≤ `p`, and
+    /// grows ×2 with tightening 0.5, with a random secret hash key.
+    pub fn new(initial_capacity: u64, false_positive_rate: f64) -> Result<Self, BuildError> {
+        Self::builder(initial_capacity, false_positive_rate).build()
+    }
+
+    /// Starts configuring a scalable filter.
+    pub fn builder(initial_capacity: u64, false_positive_rate: f64) -> ScalableBuilder {
+        ScalableBuilder {
+            config: Config {
+                initial_capacity,
+                fpr: false_positive_rate,
+                growth: 2.0,
+                tightening: 0.5,
+                layout: Layout::Blocked,
+            },
+            seed: None,
+        }
+    }
+
+    fn from_stages(config: Config, hasher: KeyHasher, stages: Vec<Arc<Stage>>) -> Self {
+        Self {
+            stages: ArcSwap::from_pointee(stages),
+            growing: Mutex::new(()),
+            config,
+            hasher,
+        }
+    }
+
+    /// Adds `key`. Returns `true` if it was not (maybe) present in any stage.
+    pub fn insert<K: Key + ?Sized>(&self, key: &K) -> bool {
+        let h = self.hasher.hash(key);
+        let stages = self.stages.load();
+        if stages.iter().rev().any(|s| s.filter.contains_hash(h)) {
+            return false; // already (maybe) here: inserting again would only overcount
+        }
+        let Some(last) = stages.last() else {
+            return false;
+        };
+        last.filter.insert_hash(h);
+        if last.items.fetch_add(1, Relaxed) + 1 >= last.capacity {
+            self.grow(last);
+        }
+        true
+    }
+
+    /// `false` means `key` was definitely never inserted.
+    pub fn contains<K: Key + ?Sized>(&self, key: &K) -> bool {
+        let h = self.hasher.hash(key);
+        // Newest first: it is the largest and holds the most keys.
+        self.stages
+            .load()
+            .iter()
+            .rev()
+            .any(|s| s.filter.contains_hash(h))
+    }
+
+    /// Adds a stage after `full`, unless another thread already has.
+    fn grow(&self, full: &Arc<Stage>) {
+        let _only_one = self.growing.lock().unwrap_or_else(PoisonError::into_inner);
+        let current = self.stages.load_full();
+        if !current.last().is_some_and(|last| Arc::ptr_eq(last, full))
+            || current.len() >= MAX_STAGES
+        {
+            return;
+        }
+        // A stage too large to build (beyond params::MAX_BITS) leaves the last one taking
+        // keys: its false-positive rate rises, but nothing is ever lost.
+        if let Ok(next) = self.config.build_stage(current.len(), self.hasher.seed()) {
+            let mut grown = Vec::with_capacity(current.len() + 1);
+            grown.extend(current.iter().cloned());
+            grown.push(Arc::new(next));
+            self.stages.store(Arc::new(grown));
+        }
+    }
+
+    /// Number of stages so far.
+    pub fn num_stages(&self) -> usize {
+        self.stages.load().len()
+    }
+
+    /// Keys inserted that were new (an estimate: keys that collided with a false positive
+    /// are not counted).
+    pub fn len(&self) -> u64 {
+        self.stages
+            .load()
+            .iter()
+            .map(|s| s.items.load(Relaxed))
+            .sum()
+    }
+
+    /// `true` before the first insert.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The compound false-positive rate the filter was configured for.
+    pub fn target_fpr(&self) -> f64 {
+        self.config.fpr
+    }
+
+    /// The layout of every stage.
+    pub fn layout(&self) -> Layout {
+        self.config.layout
+    }
+
+    /// The secret hash key shared by all stages (see [`BloomFilter::seed`]).
+    pub fn seed(&self) -> u128 {
+        self.hasher.seed()
+    }
+
+    /// Memory held by every stage's bits, in bytes.
+    pub fn size_in_bytes(&self) -> usize {
+        self.stages
+            .load()
+            .iter()
+            .map(|s| s.filter.size_in_bytes())
+            .sum()
+    }
+
+    /// Estimated number of distinct keys (sum over stages of
+    /// [`BloomFilter::estimated_items`]).
+    pub fn estimated_items(&self) -> f64 {
+        self.stages
+            .load()
+            .iter()
+            .map(|s| s.filter.estimated_items())
+            .sum()
+    }
+
+    /// The compound false-positive rate the stages' bits imply now: `1 − Π(1 − fprᵢ)`.
+    pub fn current_fpr(&self) -> f64 {
+        1.0 - self
+            .stages
+            .load()
+            .iter()
+            .map(|s| 1.0 - s.filter.current_fpr())
+            .product::<f64>()
+    }
+
+    /// Figures for each stage, oldest first.
+    pub fn stage_stats(&self) -> Vec<StageStats> {
+        self.stages
+            .load()
+            .iter()
+            .map(|s| StageStats {
+                capacity: s.capacity,
+                items: s.items.load(Relaxed),
+                num_bits: s.filter.num_bits(),
+                num_hashes: s.filter.num_hashes(),
+                target_fpr: s.filter.target_fpr().unwrap_or(0.0),
+                fill_ratio: s.filter.fill_ratio(),
+                current_fpr: s.filter.current_fpr(),
+            })
+            .collect()
+    }
+
+    /// The filter in the file format, kind "scalable": a container header, then for each
+    /// stage its item count, its length and a complete plain-filter file, then a CRC-32C of
+    /// everything (see `docs/FORMAT.md`).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let stages = self.stages.load();
+        let c = &self.config;
+        let mut out = Vec::new();
+        out.extend_from_slice(&MAGIC);
+        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out.push(Kind::Scalable as u8);
+        out.push(c.layout.to_byte());
+        out.extend_from_slice(&(stages.len() as u32).to_le_bytes());
+        out.extend_from_slice(&c.initial_capacity.to_le_bytes());
+        out.extend_from_slice(&self.hasher.seed().to_le_bytes());
+        out.extend_from_slice(&c.growth.to_bits().to_le_bytes());
+        out.extend_from_slice(&c.fpr.to_bits().to_le_bytes());
+        out.extend_from_slice(&c.tightening.to_bits().to_le_bytes());
+        for stage in stages.iter() {
+            let bytes = stage.filter.to_bytes();
+            out.extend_from_slice(&stage.items.load(Relaxed).to_le_bytes());
+            out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+            out.extend_from_slice(&bytes);
+        }
+        let crc = CRC32C.checksum(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    /// Writes [`to_bytes`](Self::to_bytes)'s output to `w`.
+    pub fn write_to<W: Write + ?Sized>(&self, w: &mut W) -> io::Result<()> {
+        w.write_all(&self.to_bytes())
+    }
+
+    /// Reads one scalable filter from `r`, which must end right after it. The input is read
+    /// as it arrives, so memory never exceeds what the input holds.
+    pub fn read_from<R: Read + ?Sized>(r: &mut R) -> Result<Self, DecodeError> {
+        let mut bytes = Vec::new();
+        r.read_to_end(&mut bytes)?;
+        Self::from_bytes(&bytes)
+    }
+
+    /// Reads a scalable filter from exactly `bytes`.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, DecodeError> {
+        let magic_len = bytes.len().min(MAGIC.len());
+        if bytes[..magic_len] != MAGIC[..magic_len] {
+            return Err(DecodeError::BadMagic);
+        }
+        let min_len = (CONTAINER_HEADER_LEN + 4) as u64;
+        if (bytes.len() as u64) < min_len {
+            return Err(DecodeError::Truncated {
+                needed: min_len,
+                available: bytes.len() as u64,
+            });
+        }
+        let u64_at = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().unwrap());
+        let version = u16::from_le_bytes([bytes[8], bytes[9]]);
+        if version == 0 || version > FORMAT_VERSION {
+            return Err(DecodeError::UnsupportedVersion { found: version });
+        }
+        match bytes[10] {
+            k if k == Kind::Scalable as u8 => {}
+            0 => return Err(wrong_kind(Kind::Bits)),
+            1 => return Err(wrong_kind(Kind::Counting)),
+            found => return Err(DecodeError::UnsupportedKind { found }),
+        }
+        let layout =
+            Layout::from_byte(bytes[11]).ok_or(DecodeError::UnknownLayout { found: bytes[11] })?;
+        let body_end = bytes.len() - 4;
+        let stored = u32::from_le_bytes(bytes[body_end..].try_into().unwrap());
+        let computed = CRC32C.checksum(&bytes[..body_end]);
+        if stored != computed {
+            // The container is only framed by its stages, so a short or long file shows up
+            // as a checksum mismatch unless the stage walk below finds it first.
+            return Err(DecodeError::ChecksumMismatch { stored, computed });
+        }
+        let num_stages = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+        let config = Config {
+            initial_capacity: u64_at(16),
+            fpr: f64::from_bits(u64_at(48)),
+            growth: f64::from_bits(u64_at(40)),
+            tightening: f64::from_bits(u64_at(56)),
+            layout,
+        };
+        let seed = u128::from_le_bytes(bytes[24..40].try_into().unwrap());
+        let valid = (1..=MAX_STAGES).contains(&num_stages)
+            && config.initial_capacity >= 1
+            && config.fpr > 0.0
+            && config.fpr < 1.0
+            && config.growth.is_finite()
+            && config.growth >= 1.0
+            && config.tightening > 0.0
+            && config.tightening < 1.0;
+        if !valid {
+            return Err(DecodeError::Inconsistent(
+                "scalable filter parameters out of range",
+            ));
+        }
+        let mut stages = Vec::with_capacity(num_stages);
+        let mut at = CONTAINER_HEADER_LEN;
+        for index in 0..num_stages {
+            if body_end - at < 16 {
+                return Err(DecodeError::Inconsistent(
+                    "stage list runs past the end of the file",
+                ));
+            }
+            let items = u64_at(at);
+            let len = u64_at(at + 8);
+            at += 16;
+            if len > (body_end - at) as u64 {
+                return Err(DecodeError::Inconsistent(
+                    "stage list runs past the end of the file",
+                ));
+            }
+            let filter = BloomFilter::from_bytes(&bytes[at..at + len as usize])?;
+            at += len as usize;
+            if filter.layout() != layout || filter.seed() != seed {
+                return Err(DecodeError::Inconsistent(
+                    "a stage's layout or hash key differs from the filter's",
+                ));
+            }
+            let capacity = config.stage_capacity(index);
+            if filter.capacity() != Some(capacity) {
+                return Err(DecodeError::Inconsistent(
+                    "a stage's capacity does not follow the growth factor",
+                ));
+            }
+            stages.push(Arc::new(Stage {
+                filter,
+                capacity,
+                items: AtomicU64::new(items),
+            }));
+        }
+        if at != body_end {
+            return Err(DecodeError::TrailingBytes {
+                extra: (body_end - at) as u64,
+            });
+        }
+        Ok(Self::from_stages(config, KeyHasher::new(seed), stages))
+    }
+}
+
+fn wrong_kind(found: Kind) -> DecodeError {
+    DecodeError::WrongKind {
+        expected: Kind::Scalable.name(),
+        found: found.name(),
+    }
+}
+
+impl fmt::Debug for ScalableBloomFilter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ScalableBloomFilter")
+            .field("initial_capacity", &self.config.initial_capacity)
+            .field("target_fpr", &self.config.fpr)
+            .field("growth", &self.config.growth)
+            .field("tightening", &self.config.tightening)
+            .field("layout", &self.config.layout)
+            .field("stages", &self.num_stages())
+            .finish_non_exhaustive()
+    }
+}
