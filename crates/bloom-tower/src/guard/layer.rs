@@ -1,0 +1,148 @@
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+
+use tower_layer::Layer;
+
+use super::BloomGuardService;
+use crate::reject::{NotFound, PassThrough, RejectedKey};
+use crate::shared_filter::SharedFilter;
+use crate::stats::{GuardCounters, GuardStats};
+
+/// Layer that guards a service with a [`SharedFilter`]; see the [module docs](crate::guard).
+///
+/// `E` finds the key ([`KeyExtractor`](crate::KeyExtractor)), `R` answers for an absent key
+/// ([`OnReject`](crate::OnReject)), `M` handles a request without a key
+/// ([`OnMissingKey`](crate::OnMissingKey)). Every service made from one layer (and from its
+/// clones) shares its [`stats`](Self::stats).
+pub struct BloomGuard<E, R = NotFound, M = PassThrough> {
+    filter: SharedFilter,
+    extractor: E,
+    on_reject: R,
+    on_missing_key: M,
+    counters: Arc<GuardCounters>,
+}
+
+impl<E> BloomGuard<E> {
+    /// Guards with `filter`, finding keys with `extractor`; absent keys get a `404`,
+    /// requests without a key pass through.
+    pub fn new(filter: SharedFilter, extractor: E) -> Self {
+        Self {
+            filter,
+            extractor,
+            on_reject: NotFound,
+            on_missing_key: PassThrough,
+            counters: Arc::new(GuardCounters::new(Cow::Borrowed("default"), false)),
+        }
+    }
+}
+
+impl<E, R, M> BloomGuard<E, R, M> {
+    /// Names the guard for logs and the `guard` metric label (`"default"` otherwise). Resets
+    /// the counters, so name it before use.
+    pub fn name(mut self, name: impl Into<Cow<'static, str>>) -> Self {
+        let log_keys = self.counters.log_keys();
+        self.counters = Arc::new(GuardCounters::new(name.into(), log_keys));
+        self
+    }
+
+    /// Include the key in the `debug` event logged for each rejection (text keys as text,
+    /// others in hex). Off by default: keys can be personal data (emails, user names).
+    /// Resets the counters, so set it before use.
+    pub fn log_rejected_keys(mut self, on: bool) -> Self {
+        let name = Cow::Owned(self.counters.name().to_owned());
+        self.counters = Arc::new(GuardCounters::new(name, on));
+        self
+    }
+
+    /// Answers absent keys with `reject(key)` instead of a `404`, e.g.
+    /// `.on_reject(|_key| (StatusCode::NOT_FOUND, Json(json!({"error": "no such user"}))).into_response())`
+    /// with axum, or the "not found" value of a non-HTTP service. The closure must return
+    /// the inner service's response type.
+    pub fn on_reject<F, Res>(self, reject: F) -> BloomGuard<E, F, M>
+    where
+        F: FnMut(RejectedKey<'_>) -> Res,
+    {
+        self.reject_with(reject)
+    }
+
+    /// Answers absent keys with any [`OnReject`](crate::OnReject): a [`StatusCode`](http::StatusCode),
+    /// or your own type that also looks at the request.
+    pub fn reject_with<R2>(self, reject: R2) -> BloomGuard<E, R2, M> {
+        BloomGuard {
+            filter: self.filter,
+            extractor: self.extractor,
+            on_reject: reject,
+            on_missing_key: self.on_missing_key,
+            counters: self.counters,
+        }
+    }
+
+    /// What to do with requests that have no usable key: [`PassThrough`] (the default), a
+    /// [`StatusCode`](http::StatusCode) to answer with, or a closure
+    /// `FnMut(&Req) -> Option<Response>` (`None` passes through).
+    pub fn on_missing_key<M2>(self, policy: M2) -> BloomGuard<E, R, M2> {
+        BloomGuard {
+            filter: self.filter,
+            extractor: self.extractor,
+            on_reject: self.on_reject,
+            on_missing_key: policy,
+            counters: self.counters,
+        }
+    }
+
+    /// How many requests this guard has checked, passed, rejected, or found without a key.
+    pub fn stats(&self) -> GuardStats {
+        self.counters.snapshot()
+    }
+
+    /// The filter it guards with.
+    pub fn filter(&self) -> &SharedFilter {
+        &self.filter
+    }
+}
+
+impl<S, E, R, M> Layer<S> for BloomGuard<E, R, M>
+where
+    E: Clone,
+    R: Clone,
+    M: Clone,
+{
+    type Service = BloomGuardService<S, E, R, M>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        BloomGuardService::from_parts(
+            inner,
+            self.filter.clone(),
+            self.extractor.clone(),
+            self.on_reject.clone(),
+            self.on_missing_key.clone(),
+            Arc::clone(&self.counters),
+        )
+    }
+}
+
+impl<E: Clone, R: Clone, M: Clone> Clone for BloomGuard<E, R, M> {
+    fn clone(&self) -> Self {
+        Self {
+            filter: self.filter.clone(),
+            extractor: self.extractor.clone(),
+            on_reject: self.on_reject.clone(),
+            on_missing_key: self.on_missing_key.clone(),
+            counters: Arc::clone(&self.counters),
+        }
+    }
+}
+
+impl<E, R, M> fmt::Debug for BloomGuard<E, R, M> {
+    /// Closures have no `Debug`: the extractor and policies are shown by type.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BloomGuard")
+            .field("name", &self.counters.name())
+            .field("filter", &self.filter)
+            .field("extractor", &std::any::type_name::<E>())
+            .field("on_reject", &std::any::type_name::<R>())
+            .field("on_missing_key", &std::any::type_name::<M>())
+            .finish()
+    }
+}

@@ -1,0 +1,90 @@
+//! Middleware that answers requests for definitely-absent keys without calling the service.
+//!
+//! [`BloomGuard`] is the layer, [`BloomGuardService`] the service it makes. For each request
+//! the guard extracts a key ([`KeyExtractor`](crate::KeyExtractor)) and asks the
+//! [`SharedFilter`](crate::SharedFilter):
+//!
+//! * **definitely absent** → the inner service is *not* called; the guard answers with the
+//!   rejection ([`NotFound`](crate::NotFound): `404`, by default; see
+//!   [`on_reject`](BloomGuard::on_reject));
+//! * **maybe present** → the inner service is called;
+//! * **no key** → the [missing-key policy](crate::OnMissingKey) decides
+//!   ([`PassThrough`](crate::PassThrough) by default).
+//!
+//! Rejections are responses, never errors, and `poll_ready` is the inner service's.
+//!
+//! # Example: an HTTP service
+//!
+//! ```
+//! use bloom_tower::{BloomFilter, BloomGuard, SharedFilter, key};
+//! use http::{Request, Response, StatusCode};
+//! use tower::{ServiceBuilder, ServiceExt, service_fn};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let filter = SharedFilter::new(BloomFilter::new(10_000, 0.01)?);
+//! filter.reload_from(&vec![42u64]).await?;
+//!
+//! let service = ServiceBuilder::new()
+//!     // `/users/{id}`: segment 1, a u64 like the keys inserted; not a number → 400.
+//!     .layer(
+//!         BloomGuard::new(filter.clone(), key::path_segment(1).parse::<u64>())
+//!             .on_missing_key(StatusCode::BAD_REQUEST),
+//!     )
+//!     .service(service_fn(|_req: Request<String>| async {
+//!         Ok::<_, std::convert::Infallible>(Response::new(String::from("a user")))
+//!     }));
+//!
+//! let status = |uri: &str| {
+//!     let service = service.clone();
+//!     let req = Request::get(uri).body(String::new()).unwrap();
+//!     async move { service.oneshot(req).await.unwrap().status() }
+//! };
+//! assert_eq!(status("/users/42").await, StatusCode::OK);
+//! assert_eq!(status("/users/x").await, StatusCode::BAD_REQUEST);
+//! // Any id the filter has never seen: 404, and the inner service is not called.
+//! let absent = (0..).find(|id: &u64| !filter.contains(id)).unwrap();
+//! assert_eq!(status(&format!("/users/{absent}")).await, StatusCode::NOT_FOUND);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Example: any `tower::Service`, not just HTTP
+//!
+//! Here the request *is* a user id and the response an `Option<User>`; an id the filter has
+//! never seen is answered with `None` without touching the database.
+//!
+//! ```
+//! use bloom_tower::{BloomFilter, BloomGuard, SharedFilter, key};
+//! use tower::{Service, ServiceBuilder, ServiceExt, service_fn};
+//!
+//! #[derive(Debug, PartialEq)]
+//! struct User(u64);
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let filter = SharedFilter::new(BloomFilter::builder()
+//!     .expected_items(10_000).false_positive_rate(0.01).seed(1).build()?);
+//! filter.insert(&7u64);
+//!
+//! let guard = BloomGuard::new(filter.clone(), key::identity())
+//!     .on_reject(|_key| None); // the response for an absent id
+//! let mut users = ServiceBuilder::new().layer(guard.clone()).service(service_fn(
+//!     |id: u64| async move { Ok::<_, std::convert::Infallible>(Some(User(id))) },
+//! ));
+//!
+//! assert_eq!(users.ready().await?.call(7).await?, Some(User(7)));
+//! let absent = (8..).find(|id| !filter.contains(id)).unwrap();
+//! assert_eq!(users.ready().await?.call(absent).await?, None);
+//! assert_eq!(guard.stats().rejected, 1);
+//! # Ok(())
+//! # }
+//! ```
+
+mod future;
+mod layer;
+mod service;
+
+pub use future::ResponseFuture;
+pub use layer::BloomGuard;
+pub use service::BloomGuardService;

@@ -1,0 +1,149 @@
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bloom_core::Key;
+use tower_service::Service;
+
+use super::ResponseFuture;
+use crate::key::KeyExtractor;
+use crate::reject::{NotFound, OnMissingKey, OnReject, PassThrough, RejectedKey};
+use crate::shared_filter::SharedFilter;
+use crate::stats::{GuardCounters, GuardStats};
+
+/// The service made by [`BloomGuard`](crate::BloomGuard); see the [module docs](crate::guard).
+pub struct BloomGuardService<S, E, R = NotFound, M = PassThrough> {
+    inner: S,
+    filter: SharedFilter,
+    extractor: E,
+    on_reject: R,
+    on_missing_key: M,
+    counters: Arc<GuardCounters>,
+}
+
+impl<S, E, R, M> BloomGuardService<S, E, R, M> {
+    pub(super) fn from_parts(
+        inner: S,
+        filter: SharedFilter,
+        extractor: E,
+        on_reject: R,
+        on_missing_key: M,
+        counters: Arc<GuardCounters>,
+    ) -> Self {
+        Self {
+            inner,
+            filter,
+            extractor,
+            on_reject,
+            on_missing_key,
+            counters,
+        }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    /// The filter it guards with.
+    pub fn filter(&self) -> &SharedFilter {
+        &self.filter
+    }
+
+    /// The counters of the [`BloomGuard`](crate::BloomGuard) it was made by.
+    pub fn stats(&self) -> GuardStats {
+        self.counters.snapshot()
+    }
+}
+
+impl<S, E, R, M, Req> Service<Req> for BloomGuardService<S, E, R, M>
+where
+    S: Service<Req>,
+    E: KeyExtractor<Req>,
+    R: OnReject<Req, S::Response>,
+    M: OnMissingKey<Req, S::Response>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future, S::Response>;
+
+    /// The inner service's readiness. A rejected request then leaves the reserved capacity
+    /// unused, as any middleware that answers early does; it serves the next call.
+    #[inline]
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        let answer = match self.extractor.extract(&req) {
+            Some(key) if self.filter.contains(&key) => {
+                self.counters.passed();
+                None
+            }
+            Some(key) => {
+                self.counters.rejected();
+                let bytes = key.key_bytes();
+                let key = RejectedKey::new(bytes.as_ref());
+                // The key only on request: keys can be personal data.
+                if self.counters.log_keys() {
+                    tracing::debug!(guard = %self.counters.name(), key = %key.for_log(), "rejected a request whose key is definitely absent");
+                } else {
+                    tracing::debug!(guard = %self.counters.name(), "rejected a request whose key is definitely absent");
+                }
+                Some(self.on_reject.on_reject(&req, key))
+            }
+            None => {
+                self.counters.missing_key();
+                self.on_missing_key.on_missing_key(&req)
+            }
+        };
+        match answer {
+            // The inner service is called here, synchronously: no clone of it goes into the
+            // future, so the instance `poll_ready` readied is the one called.
+            None => ResponseFuture::called(self.inner.call(req)),
+            Some(response) => ResponseFuture::answered(response),
+        }
+    }
+}
+
+impl<S, E, R, M> Clone for BloomGuardService<S, E, R, M>
+where
+    S: Clone,
+    E: Clone,
+    R: Clone,
+    M: Clone,
+{
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            filter: self.filter.clone(),
+            extractor: self.extractor.clone(),
+            on_reject: self.on_reject.clone(),
+            on_missing_key: self.on_missing_key.clone(),
+            counters: Arc::clone(&self.counters),
+        }
+    }
+}
+
+impl<S: fmt::Debug, E, R, M> fmt::Debug for BloomGuardService<S, E, R, M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BloomGuardService")
+            .field("inner", &self.inner)
+            .field("name", &self.counters.name())
+            .field("filter", &self.filter)
+            .field("extractor", &std::any::type_name::<E>())
+            .field("on_reject", &std::any::type_name::<R>())
+            .field("on_missing_key", &std::any::type_name::<M>())
+            .finish()
+    }
+}

@@ -1,0 +1,528 @@
+//! Where the guard finds the key in a request.
+//!
+//! A [`KeyExtractor`] turns a request into the key the filter is asked about, or into `None`
+//! when the request carries no usable key (the guard then applies its
+//! [missing-key policy](crate::OnMissingKey)). Closures `Fn(&Req) -> Option<K>` are extractors,
+//! and this module has the usual HTTP ones:
+//!
+//! | extractor | key for `GET /users/42?id=7` with `x-user: 9` |
+//! | --- | --- |
+//! | [`path_param("id")`](path_param) on route `/users/{id}` | `"42"` |
+//! | [`path_segment(1)`](path_segment) | `"42"` |
+//! | [`query("id")`](query) | `"7"` |
+//! | [`header(x_user)`](header) | `b"9"` |
+//! | any of them `.parse::<u64>()` | `42u64` (etc.); not a number → missing key |
+//!
+//! Text keys are percent-decoded (the query also turns `+` into a space), so they are the same
+//! bytes a handler sees through axum's `Path`/`Query` and the same key as the `&str` you
+//! [`insert`](crate::SharedFilter::insert). An empty value counts as missing. Numeric ids you
+//! insert as integers must be extracted with `.parse::<u64>()` (or whichever type you insert):
+//! `"42"` and `42u64` are different keys, see [`bloom_core::Key`].
+
+use std::borrow::Cow;
+use std::fmt;
+use std::marker::PhantomData;
+use std::ops::Deref;
+use std::str::FromStr;
+
+use bloom_core::Key;
+use http::{HeaderName, Request};
+use percent_encoding::percent_decode_str;
+
+/// Finds a request's key.
+///
+/// Implemented for closures `Fn(&Req) -> Option<K>` where `K` is an owned [`Key`] (a closure's
+/// result cannot borrow from the request; the ready-made extractors here can, and allocate
+/// nothing for keys without escapes). Return `None` when the request has no usable key.
+///
+/// ```
+/// use bloom_tower::KeyExtractor;
+/// use http::Request;
+///
+/// // The request *is* the key (a non-HTTP service), by closure…
+/// let by_closure = |id: &u64| Some(*id);
+/// assert_eq!(by_closure.extract(&7), Some(7));
+///
+/// // …or an HTTP request's tenant header, upper-cased.
+/// let tenant = |req: &Request<()>| {
+///     Some(req.headers().get("x-tenant")?.to_str().ok()?.to_ascii_uppercase())
+/// };
+/// let req = Request::builder().header("x-tenant", "acme").body(()).unwrap();
+/// assert_eq!(tenant.extract(&req).as_deref(), Some("ACME"));
+/// ```
+pub trait KeyExtractor<Req> {
+    /// The key; it may borrow from the request or from the extractor.
+    type Key<'a>: Key
+    where
+        Self: 'a,
+        Req: 'a;
+
+    /// The request's key, or `None` if it has none.
+    fn extract<'a>(&'a self, req: &'a Req) -> Option<Self::Key<'a>>;
+}
+
+impl<Req, F, K> KeyExtractor<Req> for F
+where
+    F: Fn(&Req) -> Option<K>,
+    K: Key,
+{
+    type Key<'a>
+        = K
+    where
+        Self: 'a,
+        Req: 'a;
+
+    #[inline]
+    fn extract<'a>(&'a self, req: &'a Req) -> Option<K> {
+        self(req)
+    }
+}
+
+/// A key taken from the text of a request: a path segment or a query value, percent-decoded.
+///
+/// Borrowed from the request unless decoding changed it. As a [`Key`] it is its UTF-8 bytes,
+/// the same key as the equal `&str` or `String`.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct TextKey<'a>(Cow<'a, str>);
+
+impl TextKey<'_> {
+    /// The decoded text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Deref for TextKey<'_> {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for TextKey<'_> {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Key for TextKey<'_> {
+    #[inline]
+    fn key_bytes(&self) -> impl AsRef<[u8]> {
+        self.0.as_bytes()
+    }
+}
+
+impl fmt::Debug for TextKey<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+/// The first `/`-separated segment of `path` and what follows the slash. A byte loop: for
+/// segments this short it beats the general `str::split_once` searcher.
+#[inline]
+fn first_segment(path: &str) -> (&str, &str) {
+    match path.bytes().position(|byte| byte == b'/') {
+        Some(slash) => (&path[..slash], &path[slash + 1..]),
+        None => (path, ""),
+    }
+}
+
+/// Percent-decodes one path segment; `None` if it is empty or not UTF-8 once decoded (axum's
+/// `Path` rejects those too).
+fn decode_segment(raw: &str) -> Option<TextKey<'_>> {
+    if raw.is_empty() {
+        None
+    } else if !raw.bytes().any(|byte| byte == b'%') {
+        // The common case, and already valid UTF-8: skip the decoder's validation pass.
+        Some(TextKey(Cow::Borrowed(raw)))
+    } else {
+        percent_decode_str(raw).decode_utf8().ok().map(TextKey)
+    }
+}
+
+/// The request is the key: for non-HTTP services whose request type is itself a [`Key`]
+/// (a user id, a `String` name, …).
+///
+/// ```
+/// use bloom_tower::{KeyExtractor, key};
+///
+/// assert_eq!(key::identity().extract(&42u64), Some(&42u64));
+/// ```
+pub fn identity() -> Identity {
+    Identity
+}
+
+/// Extractor returned by [`identity`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Identity;
+
+impl<Req: Key> KeyExtractor<Req> for Identity {
+    type Key<'a>
+        = &'a Req
+    where
+        Req: 'a;
+
+    #[inline]
+    fn extract<'a>(&'a self, req: &'a Req) -> Option<&'a Req> {
+        Some(req)
+    }
+}
+
+/// The `index`-th segment of the request path, counting from 0 after the leading `/`:
+/// for `/users/42/orders`, segment 0 is `users`, 1 is `42`.
+///
+/// Works with any `http::Request` (plain hyper, any router), and under `Router::layer` as
+/// well as `route_layer`. An absent or empty segment is a missing key.
+///
+/// ```
+/// use bloom_tower::{KeyExtractor, key};
+/// use http::Request;
+///
+/// let req = Request::get("/users/j%C3%BCrgen/orders").body(()).unwrap();
+/// assert_eq!(key::path_segment(1).extract(&req).as_deref(), Some("jürgen"));
+/// assert!(key::path_segment(3).extract(&req).is_none());
+/// ```
+pub fn path_segment(index: usize) -> PathSegment {
+    PathSegment { index }
+}
+
+/// Extractor returned by [`path_segment`].
+#[derive(Clone, Copy, Debug)]
+pub struct PathSegment {
+    index: usize,
+}
+
+impl<B> KeyExtractor<Request<B>> for PathSegment {
+    type Key<'a>
+        = TextKey<'a>
+    where
+        B: 'a;
+
+    #[inline]
+    fn extract<'a>(&'a self, req: &'a Request<B>) -> Option<TextKey<'a>> {
+        let path = req.uri().path();
+        let mut rest = path.strip_prefix('/').unwrap_or(path);
+        for _ in 0..self.index {
+            if rest.is_empty() {
+                return None;
+            }
+            rest = first_segment(rest).1;
+        }
+        decode_segment(first_segment(rest).0)
+    }
+}
+
+/// The value of query parameter `name` (the first, if repeated), form-decoded (`+` is a
+/// space, `%XX` escapes decoded). Absent or empty is a missing key.
+///
+/// ```
+/// use bloom_tower::{KeyExtractor, key};
+/// use http::Request;
+///
+/// let req = Request::get("/search?user=ada+lovelace&page=2").body(()).unwrap();
+/// assert_eq!(key::query("user").extract(&req).as_deref(), Some("ada lovelace"));
+/// assert_eq!(key::query("page").parse::<u32>().extract(&req), Some(2));
+/// ```
+pub fn query(name: impl Into<Cow<'static, str>>) -> Query {
+    Query { name: name.into() }
+}
+
+/// Extractor returned by [`query`].
+#[derive(Clone, Debug)]
+pub struct Query {
+    name: Cow<'static, str>,
+}
+
+impl<B> KeyExtractor<Request<B>> for Query {
+    type Key<'a>
+        = TextKey<'a>
+    where
+        B: 'a;
+
+    fn extract<'a>(&'a self, req: &'a Request<B>) -> Option<TextKey<'a>> {
+        let query = req.uri().query()?;
+        form_urlencoded::parse(query.as_bytes())
+            .find(|(name, _)| *name == self.name)
+            .map(|(_, value)| value)
+            .filter(|value| !value.is_empty())
+            .map(TextKey)
+    }
+}
+
+/// The value of header `name`, as raw bytes (so `x-user: 42` gives the same key as the
+/// string `"42"`). Absent or empty is a missing key.
+///
+/// ```
+/// use bloom_tower::{KeyExtractor, key};
+/// use http::Request;
+///
+/// use http::header::HeaderName;
+///
+/// let req = Request::get("/").header("x-api-key", "k-123").body(()).unwrap();
+/// let api_key = key::header(HeaderName::from_static("x-api-key"));
+/// assert_eq!(api_key.extract(&req), Some(&b"k-123"[..]));
+/// ```
+pub fn header(name: HeaderName) -> Header {
+    Header { name }
+}
+
+/// Extractor returned by [`header`].
+#[derive(Clone, Debug)]
+pub struct Header {
+    name: HeaderName,
+}
+
+impl<B> KeyExtractor<Request<B>> for Header {
+    type Key<'a>
+        = &'a [u8]
+    where
+        B: 'a;
+
+    #[inline]
+    fn extract<'a>(&'a self, req: &'a Request<B>) -> Option<&'a [u8]> {
+        let value = req.headers().get(&self.name)?.as_bytes();
+        (!value.is_empty()).then_some(value)
+    }
+}
+
+/// An axum route's path parameter, by name: `path_param("id")` on `/users/{id}`.
+///
+/// It reads the route that axum matched ([`MatchedPath`](axum::extract::MatchedPath)), so
+/// add the guard with [`Router::route_layer`](axum::Router::route_layer) (or `Router::layer`,
+/// which also wraps each route); a guard wrapped around a whole `Router` from the outside
+/// runs before routing, finds no matched route and treats every request as having no key
+/// (use [`path_segment`] there). Whole-segment parameters `{name}` and wildcards `{*name}`
+/// are supported, also inside nested routers; the value is percent-decoded as axum's `Path`
+/// decodes it.
+///
+/// ```
+/// use axum::{Router, routing::get};
+/// use bloom_tower::{BloomFilter, BloomGuard, SharedFilter, key};
+///
+/// let filter = SharedFilter::new(BloomFilter::new(1_000, 0.01).unwrap());
+/// let app: Router = Router::new()
+///     .route("/users/{id}", get(|| async { "a user" }))
+///     .route_layer(BloomGuard::new(filter, key::path_param("id")));
+/// ```
+#[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+pub fn path_param(name: impl Into<Cow<'static, str>>) -> PathParam {
+    PathParam { name: name.into() }
+}
+
+/// Extractor returned by [`path_param`].
+#[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+#[derive(Clone, Debug)]
+pub struct PathParam {
+    name: Cow<'static, str>,
+}
+
+#[cfg(feature = "axum")]
+impl PathParam {
+    /// Whether `template_segment` is this parameter: `{name}` (one segment) or `{*name}`
+    /// (the rest of the path).
+    fn matches(&self, template_segment: &str) -> Option<Capture> {
+        let inner = template_segment.strip_prefix('{')?.strip_suffix('}')?;
+        match inner.strip_prefix('*') {
+            Some(name) if name == self.name => Some(Capture::Rest),
+            None if inner == self.name => Some(Capture::Segment),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(feature = "axum")]
+enum Capture {
+    Segment,
+    Rest,
+}
+
+#[cfg(feature = "axum")]
+impl<B> KeyExtractor<Request<B>> for PathParam {
+    type Key<'a>
+        = TextKey<'a>
+    where
+        B: 'a;
+
+    fn extract<'a>(&'a self, req: &'a Request<B>) -> Option<TextKey<'a>> {
+        use axum::extract::{MatchedPath, NestedPath};
+
+        let template = req.extensions().get::<MatchedPath>()?.as_str();
+        // Inside a nested router the URI has the nest prefix stripped while the matched path
+        // keeps it; the `NestedPath` axum sets alongside says how many segments to skip.
+        let nested_segments = req
+            .extensions()
+            .get::<NestedPath>()
+            .map_or(0, |nested| segments(nested.as_str()).count());
+        let mut template = segments(template).skip(nested_segments);
+        let path = req.uri().path();
+        let mut rest = path.strip_prefix('/').unwrap_or(path);
+        loop {
+            let template_segment = template.next()?;
+            let (segment, after) = first_segment(rest);
+            match self.matches(template_segment) {
+                Some(Capture::Segment) => return decode_segment(segment),
+                Some(Capture::Rest) => return decode_segment(rest),
+                None => rest = after,
+            }
+        }
+    }
+}
+
+/// The non-empty segments of a route template.
+#[cfg(feature = "axum")]
+fn segments(template: &str) -> impl Iterator<Item = &str> {
+    template.split('/').filter(|segment| !segment.is_empty())
+}
+
+/// An extractor whose text key is parsed into `T` (e.g. `u64`) before the lookup; text that
+/// does not parse is a missing key. Made by `.parse::<T>()` on the HTTP extractors.
+pub struct Parse<E, T> {
+    inner: E,
+    _key: PhantomData<fn() -> T>,
+}
+
+impl<E: Clone, T> Clone for Parse<E, T> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            _key: PhantomData,
+        }
+    }
+}
+
+impl<E: fmt::Debug, T> fmt::Debug for Parse<E, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Parse")
+            .field("inner", &self.inner)
+            .field("into", &std::any::type_name::<T>())
+            .finish()
+    }
+}
+
+macro_rules! parse_adapter {
+    ($extractor:ty, $text:ident) => {
+        impl $extractor {
+            /// Parses the key into `T` (the type your keys are inserted as); text that does
+            /// not parse is a missing key.
+            pub fn parse<T>(self) -> Parse<Self, T>
+            where
+                T: FromStr + Key,
+            {
+                Parse {
+                    inner: self,
+                    _key: PhantomData,
+                }
+            }
+        }
+
+        impl<B, T> KeyExtractor<Request<B>> for Parse<$extractor, T>
+        where
+            T: FromStr + Key,
+        {
+            type Key<'a>
+                = T
+            where
+                B: 'a,
+                T: 'a;
+
+            #[inline]
+            fn extract<'a>(&'a self, req: &'a Request<B>) -> Option<T> {
+                let key = self.inner.extract(req)?;
+                $text(&key)?.parse().ok()
+            }
+        }
+    };
+}
+
+fn text<'k>(key: &'k TextKey<'_>) -> Option<&'k str> {
+    Some(key.as_str())
+}
+
+fn utf8<'k>(key: &&'k [u8]) -> Option<&'k str> {
+    std::str::from_utf8(key).ok()
+}
+
+parse_adapter!(PathSegment, text);
+parse_adapter!(Query, text);
+parse_adapter!(Header, utf8);
+#[cfg(feature = "axum")]
+parse_adapter!(PathParam, text);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get(uri: &str) -> Request<()> {
+        Request::get(uri).body(()).unwrap()
+    }
+
+    #[test]
+    fn path_segment_counts_after_the_leading_slash_and_decodes() {
+        let req = get("/users/a%2Fb/x");
+        assert_eq!(path_segment(0).extract(&req).as_deref(), Some("users"));
+        assert_eq!(path_segment(1).extract(&req).as_deref(), Some("a/b"));
+        assert!(matches!(
+            path_segment(1).extract(&get("/users/42")),
+            Some(TextKey(Cow::Borrowed("42")))
+        ));
+        assert!(path_segment(1).extract(&get("/users/")).is_none());
+        assert!(path_segment(1).extract(&get("/users/%FF")).is_none());
+        assert_eq!(
+            path_segment(1).parse::<u64>().extract(&get("/u/42")),
+            Some(42)
+        );
+        assert_eq!(path_segment(1).parse::<u64>().extract(&get("/u/4x")), None);
+    }
+
+    #[test]
+    fn query_finds_the_first_value_and_form_decodes() {
+        let req = get("/s?a=1&user=ada%20l+x&user=second&empty=");
+        assert_eq!(query("user").extract(&req).as_deref(), Some("ada l x"));
+        assert!(query("empty").extract(&req).is_none());
+        assert!(query("nope").extract(&req).is_none());
+        assert!(query("a").extract(&get("/s")).is_none());
+    }
+
+    #[test]
+    fn header_gives_the_raw_bytes() {
+        let req = Request::get("/")
+            .header("x-id", "42")
+            .header("x-empty", "")
+            .body(())
+            .unwrap();
+        let name = HeaderName::from_static("x-id");
+        assert_eq!(header(name.clone()).extract(&req), Some(&b"42"[..]));
+        assert_eq!(header(name).parse::<u64>().extract(&req), Some(42));
+        assert!(
+            header(HeaderName::from_static("x-empty"))
+                .extract(&req)
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn text_keys_are_the_same_key_as_str() {
+        let filter = bloom_core::BloomFilter::new(100, 0.01).unwrap();
+        filter.insert("j\u{fc}rgen");
+        let req = get("/users/j%C3%BCrgen");
+        assert!(filter.contains(&path_segment(1).extract(&req).unwrap()));
+    }
+
+    #[cfg(feature = "axum")]
+    #[test]
+    fn path_param_needs_a_matched_route() {
+        // Outside a router (a guard wrapped around the whole router) there is no key. The
+        // routed cases, nesting included, are in tests/axum_server.rs: axum's `MatchedPath`
+        // has no public constructor.
+        assert!(path_param("id").extract(&get("/users/1")).is_none());
+        let param = path_param("id");
+        assert!(param.matches("{id}").is_some());
+        assert!(matches!(param.matches("{*id}"), Some(Capture::Rest)));
+        assert!(param.matches("{idx}").is_none());
+        assert!(param.matches("id").is_none());
+    }
+}

@@ -1,0 +1,254 @@
+//! Where a rebuild reads every key from: the [`KeySource`] trait.
+//!
+//! A rebuild calls [`KeySource::keys`] *after* it has started catching concurrent inserts, so
+//! a source must take its snapshot inside `keys()` (run the query there) and must yield every
+//! key whose [`insert`](crate::SharedFilter::insert) returned before `keys()` was called. A
+//! collection built earlier and passed in (a `Vec`) is a snapshot from *before* the rebuild:
+//! keys inserted between building it and calling `reload_from` are missing from it, so use
+//! one only when nothing is inserted meanwhile (at startup), and [`from_iter`] /
+//! [`from_stream`] (which run their closure inside `keys()`) otherwise.
+
+use std::collections::{BTreeSet, HashSet};
+use std::convert::Infallible;
+use std::error::Error;
+use std::fmt;
+use std::sync::Arc;
+
+use bloom_core::Key;
+use futures_core::Stream;
+use futures_util::stream;
+
+/// The error type a [`KeySource`] may fail with: anything that converts into a boxed error.
+pub type BoxError = Box<dyn Error + Send + Sync>;
+
+/// Every key a filter should hold, streamed, for a rebuild.
+///
+/// Implemented for `Vec<T>`, `[T]`, `HashSet<T>` and `BTreeSet<T>` of keys, for references,
+/// `Box` and `Arc` of sources, and for closures through [`from_iter`] (a fresh iterator per
+/// rebuild) and [`from_stream`] (a fresh stream of `Result`s per rebuild, e.g. rows of a
+/// database query).
+///
+/// ```
+/// use bloom_tower::{KeySource, key_source};
+/// use futures_util::StreamExt;
+///
+/// # tokio_test_block_on(async {
+/// let ids = vec![1u64, 2, 3];
+/// assert_eq!(ids.count_hint(), Some(3));
+/// assert_eq!(ids.keys().count().await, 3);
+///
+/// // A source that fails halfway: the rebuild stops and the old filter keeps serving.
+/// let flaky = key_source::from_stream(|| {
+///     futures_util::stream::iter([Ok(1u64), Err(std::io::Error::other("connection reset"))])
+/// });
+/// assert_eq!(flaky.keys().count().await, 2);
+/// # });
+/// # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+/// #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+/// # }
+/// ```
+pub trait KeySource {
+    /// Why reading the keys failed.
+    type Error: Into<BoxError>;
+
+    /// A fresh stream of every key. Called once per rebuild, after the rebuild has started
+    /// catching concurrent inserts: take the snapshot here.
+    fn keys(&self) -> impl Stream<Item = Result<impl Key + Send + '_, Self::Error>> + Send + '_;
+
+    /// How many keys [`keys`](Self::keys) will yield, if known: the new filter is sized for it
+    /// (plus headroom for the inserts until the next rebuild).
+    fn count_hint(&self) -> Option<u64> {
+        None
+    }
+}
+
+impl<T: Key + Sync> KeySource for [T] {
+    type Error = Infallible;
+
+    fn keys(&self) -> impl Stream<Item = Result<impl Key + Send + '_, Infallible>> + Send + '_ {
+        stream::iter(self.iter().map(Ok))
+    }
+
+    fn count_hint(&self) -> Option<u64> {
+        Some(self.len() as u64)
+    }
+}
+
+impl<T: Key + Sync> KeySource for Vec<T> {
+    type Error = Infallible;
+
+    fn keys(&self) -> impl Stream<Item = Result<impl Key + Send + '_, Infallible>> + Send + '_ {
+        self.as_slice().keys()
+    }
+
+    fn count_hint(&self) -> Option<u64> {
+        Some(self.len() as u64)
+    }
+}
+
+impl<T: Key + Sync, S: Sync> KeySource for HashSet<T, S> {
+    type Error = Infallible;
+
+    fn keys(&self) -> impl Stream<Item = Result<impl Key + Send + '_, Infallible>> + Send + '_ {
+        stream::iter(self.iter().map(Ok))
+    }
+
+    fn count_hint(&self) -> Option<u64> {
+        Some(self.len() as u64)
+    }
+}
+
+impl<T: Key + Sync> KeySource for BTreeSet<T> {
+    type Error = Infallible;
+
+    fn keys(&self) -> impl Stream<Item = Result<impl Key + Send + '_, Infallible>> + Send + '_ {
+        stream::iter(self.iter().map(Ok))
+    }
+
+    fn count_hint(&self) -> Option<u64> {
+        Some(self.len() as u64)
+    }
+}
+
+macro_rules! forward_source {
+    ($($pointer:ty),*) => {$(
+        impl<S: KeySource + ?Sized> KeySource for $pointer {
+            type Error = S::Error;
+
+            fn keys(&self) -> impl Stream<Item = Result<impl Key + Send + '_, S::Error>> + Send + '_ {
+                (**self).keys()
+            }
+
+            fn count_hint(&self) -> Option<u64> {
+                (**self).count_hint()
+            }
+        }
+    )*};
+}
+forward_source!(&S, Box<S>, Arc<S>);
+
+/// A source that calls `make` for a fresh iterator of keys at every rebuild. The iterator
+/// must own what it iterates (implement [`KeySource`] yourself to borrow from the source).
+///
+/// ```
+/// use bloom_tower::key_source;
+/// use std::sync::{Arc, Mutex};
+///
+/// let users = Arc::new(Mutex::new(vec![String::from("ada")]));
+/// let source = key_source::from_iter({
+///     let users = Arc::clone(&users);
+///     move || users.lock().unwrap().clone()
+/// });
+/// # let _ = source;
+/// ```
+pub fn from_iter<F, I>(make: F) -> FromIter<F>
+where
+    F: Fn() -> I + Send + Sync,
+    I: IntoIterator,
+    I::IntoIter: Send + 'static,
+    I::Item: Key + Send + 'static,
+{
+    FromIter {
+        make,
+        count_hint: None,
+    }
+}
+
+/// Source returned by [`from_iter`].
+#[derive(Clone)]
+pub struct FromIter<F> {
+    make: F,
+    count_hint: Option<u64>,
+}
+
+impl<F> FromIter<F> {
+    /// Tells the rebuild how many keys to expect, to size the new filter.
+    pub fn with_count_hint(mut self, keys: u64) -> Self {
+        self.count_hint = Some(keys);
+        self
+    }
+}
+
+impl<F> fmt::Debug for FromIter<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FromIter")
+            .field("count_hint", &self.count_hint)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<F, I> KeySource for FromIter<F>
+where
+    F: Fn() -> I + Send + Sync,
+    I: IntoIterator,
+    I::IntoIter: Send + 'static,
+    I::Item: Key + Send + 'static,
+{
+    type Error = Infallible;
+
+    fn keys(&self) -> impl Stream<Item = Result<impl Key + Send + '_, Infallible>> + Send + '_ {
+        stream::iter((self.make)().into_iter().map(Ok))
+    }
+
+    fn count_hint(&self) -> Option<u64> {
+        self.count_hint
+    }
+}
+
+/// A source that calls `make` for a fresh stream of `Result` keys at every rebuild (rows of a
+/// database query, pages of an API, …). The first `Err` fails the rebuild. The stream must
+/// own what it reads from (e.g. a clone of a connection pool moved into an `async` block);
+/// implement [`KeySource`] yourself for a stream that borrows from the source.
+pub fn from_stream<F, St, K, E>(make: F) -> FromStream<F>
+where
+    F: Fn() -> St + Send + Sync,
+    St: Stream<Item = Result<K, E>> + Send + 'static,
+    K: Key + Send + 'static,
+    E: Into<BoxError>,
+{
+    FromStream {
+        make,
+        count_hint: None,
+    }
+}
+
+/// Source returned by [`from_stream`].
+#[derive(Clone)]
+pub struct FromStream<F> {
+    make: F,
+    count_hint: Option<u64>,
+}
+
+impl<F> FromStream<F> {
+    /// Tells the rebuild how many keys to expect, to size the new filter.
+    pub fn with_count_hint(mut self, keys: u64) -> Self {
+        self.count_hint = Some(keys);
+        self
+    }
+}
+
+impl<F> fmt::Debug for FromStream<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FromStream")
+            .field("count_hint", &self.count_hint)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<F, St, K, E> KeySource for FromStream<F>
+where
+    F: Fn() -> St + Send + Sync,
+    St: Stream<Item = Result<K, E>> + Send + 'static,
+    K: Key + Send + 'static,
+    E: Into<BoxError>,
+{
+    type Error = E;
+
+    fn keys(&self) -> impl Stream<Item = Result<impl Key + Send + '_, E>> + Send + '_ {
+        (self.make)()
+    }
+
+    fn count_hint(&self) -> Option<u64> {
+        self.count_hint
+    }
+}

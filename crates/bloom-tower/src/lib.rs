@@ -1,0 +1,21 @@
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub mod guard;
+pub mod key;
+pub mod key_source;
+pub mod reject;
+pub mod shared_filter;
+pub mod stats;
+
+pub use bloom_core::{self, BloomFilter, Key};
+pub use guard::{BloomGuard, BloomGuardService, ResponseFuture};
+pub use key::KeyExtractor;
+pub use key_source::KeySource;
+pub use reject::{NotFound, OnMissingKey, OnReject, PassThrough, RejectedKey};
+pub use shared_filter::{
+    CurrentFilter, RebuildTask, ReloadError, ReloadErrorKind, Reloaded, SaturationReport,
+    SharedFilter, SharedFilterBuilder, SnapshotError,
+};
+pub use stats::{FilterStats, GuardStats};

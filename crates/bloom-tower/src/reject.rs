@@ -1,0 +1,194 @@
+//! What the guard answers instead of calling the inner service.
+//!
+//! Both answers are *responses* of the inner service's type, never errors: an `Err` from an
+//! HTTP service makes hyper drop the connection. [`OnReject`] builds the answer for a key that
+//! is definitely absent ([`NotFound`] by default); [`OnMissingKey`] decides what happens to a
+//! request with no usable key ([`PassThrough`] by default, or a status such as
+//! `StatusCode::BAD_REQUEST`).
+
+use std::fmt;
+
+use http::{Request, Response, StatusCode};
+
+/// The key of a rejected request, as the bytes the filter hashed.
+///
+/// Its `Debug` does not show the key: keys can be personal data and end up in logs.
+#[derive(Clone, Copy)]
+pub struct RejectedKey<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> RejectedKey<'a> {
+    pub(crate) fn new(bytes: &'a [u8]) -> Self {
+        Self { bytes }
+    }
+
+    /// The key's bytes ([`bloom_core::Key::key_bytes`]).
+    pub fn as_bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    /// The key as text, if it is UTF-8 (text keys from paths, queries and headers are).
+    pub fn to_str(&self) -> Option<&'a str> {
+        std::str::from_utf8(self.bytes).ok()
+    }
+}
+
+impl<'a> RejectedKey<'a> {
+    /// Text as text, anything else (an integer key's bytes) as hex.
+    pub(crate) fn for_log(self) -> impl fmt::Display + 'a {
+        struct ForLog<'a>(&'a [u8]);
+        impl fmt::Display for ForLog<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                match std::str::from_utf8(self.0) {
+                    Ok(text) => f.write_str(text),
+                    Err(_) => {
+                        f.write_str("0x")?;
+                        self.0.iter().try_for_each(|byte| write!(f, "{byte:02x}"))
+                    }
+                }
+            }
+        }
+        ForLog(self.bytes)
+    }
+}
+
+impl fmt::Debug for RejectedKey<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RejectedKey(<{} bytes>)", self.bytes.len())
+    }
+}
+
+/// Builds the response for a request whose key is definitely absent.
+///
+/// Implemented for [`NotFound`] (the default), for [`StatusCode`] (that status, its reason as
+/// a plain-text body) and for closures `FnMut(RejectedKey<'_>) -> Res`, which
+/// [`BloomGuard::on_reject`](crate::BloomGuard::on_reject) takes. Implement it yourself to look
+/// at the request as well (to negotiate the content type, say) and pass it to
+/// [`BloomGuard::reject_with`](crate::BloomGuard::reject_with).
+pub trait OnReject<Req, Res> {
+    /// The response for `req`, whose key `key` the filter has never seen.
+    fn on_reject(&mut self, req: &Req, key: RejectedKey<'_>) -> Res;
+}
+
+impl<Req, Res, F> OnReject<Req, Res> for F
+where
+    F: FnMut(RejectedKey<'_>) -> Res,
+{
+    #[inline]
+    fn on_reject(&mut self, _req: &Req, key: RejectedKey<'_>) -> Res {
+        self(key)
+    }
+}
+
+/// The default rejection: `404 Not Found` with the plain body `Not Found`.
+///
+/// Works for any response body that can be made from a `&'static str` (axum's `Body`,
+/// `Full<Bytes>`, `String`, …); for other bodies use
+/// [`on_reject`](crate::BloomGuard::on_reject).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NotFound;
+
+impl<B, ResBody> OnReject<Request<B>, Response<ResBody>> for NotFound
+where
+    ResBody: From<&'static str>,
+{
+    #[inline]
+    fn on_reject(&mut self, _req: &Request<B>, _key: RejectedKey<'_>) -> Response<ResBody> {
+        plain_text(StatusCode::NOT_FOUND)
+    }
+}
+
+impl<B, ResBody> OnReject<Request<B>, Response<ResBody>> for StatusCode
+where
+    ResBody: From<&'static str>,
+{
+    #[inline]
+    fn on_reject(&mut self, _req: &Request<B>, _key: RejectedKey<'_>) -> Response<ResBody> {
+        plain_text(*self)
+    }
+}
+
+/// Decides what happens to a request the extractor found no key in.
+///
+/// `None` passes the request to the inner service; `Some(response)` answers it without calling
+/// the inner service. Implemented for [`PassThrough`] (the default), for [`StatusCode`]
+/// (answer with that status and its reason as the body, e.g. `StatusCode::BAD_REQUEST`) and for closures
+/// `FnMut(&Req) -> Option<Res>`.
+pub trait OnMissingKey<Req, Res> {
+    /// `Some(response)` to answer `req` directly, `None` to pass it through.
+    fn on_missing_key(&mut self, req: &Req) -> Option<Res>;
+}
+
+impl<Req, Res, F> OnMissingKey<Req, Res> for F
+where
+    F: FnMut(&Req) -> Option<Res>,
+{
+    #[inline]
+    fn on_missing_key(&mut self, req: &Req) -> Option<Res> {
+        self(req)
+    }
+}
+
+/// The default missing-key policy: call the inner service, which answers as it would without
+/// the guard (e.g. axum's `Path` extractor rejects a bad id with `400`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PassThrough;
+
+impl<Req, Res> OnMissingKey<Req, Res> for PassThrough {
+    #[inline]
+    fn on_missing_key(&mut self, _req: &Req) -> Option<Res> {
+        None
+    }
+}
+
+impl<B, ResBody> OnMissingKey<Request<B>, Response<ResBody>> for StatusCode
+where
+    ResBody: From<&'static str>,
+{
+    #[inline]
+    fn on_missing_key(&mut self, _req: &Request<B>) -> Option<Response<ResBody>> {
+        Some(plain_text(*self))
+    }
+}
+
+/// `status` with its canonical reason as the body. No `Content-Type`: inserting the first
+/// header allocates the header map, which would make the guard's rejection measurably dearer
+/// than axum's own 404 (which has no body or headers at all); the reason phrase is plain
+/// ASCII, which every client shows as text. Use `on_reject` for a typed body.
+fn plain_text<ResBody: From<&'static str>>(status: StatusCode) -> Response<ResBody> {
+    let mut response = Response::new(ResBody::from(status.canonical_reason().unwrap_or("")));
+    *response.status_mut() = status;
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejected_key_debug_hides_the_key() {
+        let key = RejectedKey::new(b"alice@example.com");
+        assert_eq!(format!("{key:?}"), "RejectedKey(<17 bytes>)");
+        assert_eq!(key.to_str(), Some("alice@example.com"));
+        assert_eq!(RejectedKey::new(&[0xff]).to_str(), None);
+        assert_eq!(key.for_log().to_string(), "alice@example.com");
+        assert_eq!(
+            RejectedKey::new(&[0xff, 0x01]).for_log().to_string(),
+            "0xff01"
+        );
+    }
+
+    #[test]
+    fn status_responses_carry_their_reason() {
+        let req = Request::new(());
+        let res: Response<String> = NotFound.on_reject(&req, RejectedKey::new(b"k"));
+        assert_eq!(res.status(), StatusCode::NOT_FOUND);
+        assert_eq!(res.body(), "Not Found");
+        let mut policy = StatusCode::BAD_REQUEST;
+        let res: Option<Response<String>> = policy.on_missing_key(&req);
+        assert_eq!(res.unwrap().status(), StatusCode::BAD_REQUEST);
+        let res: Option<Response<String>> = PassThrough.on_missing_key(&req);
+        assert!(res.is_none());
+    }
+}

@@ -1,0 +1,447 @@
+//! [`SharedFilter`]: the filter every guard reads, replaceable while it serves.
+//!
+//! # How a rebuild cannot lose a key
+//!
+//! The serving filter is an [`ArcSwap`]: lookups load it with no lock. A rebuild fills a new
+//! filter off to the side and swaps it in; the danger is a key inserted *while* it runs, which
+//! the source may not contain. So while a rebuild runs, its filter is published in `building`
+//! and every insert writes both filters. `building` sits in a [`RwLock`] whose read side each
+//! insert holds across *both* of its writes, and the rebuild takes the write side for the
+//! only two moments that matter:
+//!
+//! 1. **publish**: `building = Some(next)`, before it calls
+//!    [`KeySource::keys`](crate::KeySource::keys);
+//! 2. **swap**: `current = next; building = None`, after the last key is streamed in.
+//!
+//! Every insert's critical section is therefore wholly before the publish, between the two, or
+//! after the swap; there is no "read `building` as empty, then the swap happens" interleaving.
+//!
+//! * Before the publish: it returned before `keys()` was called, so the source yields the key
+//!   (the [`KeySource`](crate::KeySource) contract) and the stream puts it into `next`.
+//! * Between: it saw `building == Some(next)` and wrote `next` itself.
+//! * After the swap: `next` is the current filter, which it wrote.
+//!
+//! So when `next` starts serving it holds every key inserted before or during the rebuild:
+//! zero false negatives. Every insert also writes the current filter, so a rebuild that fails
+//! or is dropped midway only has to unpublish `next` (a drop guard does) and the old filter
+//! keeps serving with nothing lost. Lookups never take the lock: they read whichever filter is
+//! current, and both the old and the new one hold every inserted key. Inserts pay one
+//! uncontended read lock; the write side is held only for a pointer store, so inserts wait at
+//! most that long and never for the stream.
+//!
+//! The alternative of OR-ing the old filter into the new one after the swap would also lose
+//! nothing, but it would carry every deleted key over forever, and dropping deleted keys is
+//! what rebuilds are for.
+
+mod rebuild;
+mod saturation;
+mod snapshot;
+
+use std::borrow::Cow;
+use std::fmt;
+use std::ops::Deref;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockWriteGuard};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use bloom_core::{BloomFilter, BuildError, Key};
+use tokio::sync::{Notify, watch};
+
+use crate::stats::{FilterCounters, FilterStats};
+
+pub use rebuild::{RebuildTask, ReloadError, ReloadErrorKind, Reloaded};
+pub use saturation::SaturationReport;
+pub use snapshot::SnapshotError;
+
+/// False-positive rate for rebuilds when neither the builder nor the filter says one.
+const DEFAULT_FPR: f64 = 0.01;
+
+/// A Bloom filter shared by guards and writers, rebuilt and swapped with zero downtime.
+///
+/// Cloning is cheap (an `Arc`); every clone is the same filter. Lookups are lock-free.
+///
+/// * [`insert`](Self::insert) a key **before the write that creates its record becomes
+///   visible** (before the commit): once readers can find the record, the guard must let
+///   them through.
+/// * [`reload_from`](Self::reload_from) rebuilds from a [`KeySource`](crate::KeySource) and swaps atomically;
+///   inserts made meanwhile go into both filters, so no key inserted before or during a
+///   rebuild is ever rejected afterwards (the [module docs](self) prove it).
+///   [`rebuild_every`](Self::rebuild_every) does it periodically in the background.
+/// * [`save`](Self::save) / [`load`](Self::load) snapshot it to disk for a fast restart.
+///
+/// ```
+/// use bloom_tower::{BloomFilter, SharedFilter};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let filter = SharedFilter::new(BloomFilter::new(100_000, 0.01)?);
+/// filter.reload_from(&vec![1u64, 2, 3]).await?;
+/// filter.insert(&4u64);                 // a record created after the load
+/// assert!(filter.contains(&4u64));
+/// assert!(!filter.contains(&5u64) || filter.check_saturation().current_fpr > 0.0);
+/// # Ok(())
+/// # }
+/// ```
+///
+/// A transaction that is still open when a rebuild reads its source is not in that
+/// snapshot; if rebuilds run while writes are in flight, call `insert` again after the commit
+/// (inserting is idempotent and costs a lookup's time), and that second insert reaches the
+/// new filter through the double write.
+#[derive(Clone)]
+pub struct SharedFilter {
+    shared: Arc<Shared>,
+}
+
+/// The state behind every clone of one [`SharedFilter`].
+struct Shared {
+    name: Cow<'static, str>,
+    /// The serving filter.
+    current: ArcSwap<Generation>,
+    /// The filter a running rebuild is filling. See the module docs for why a lock.
+    building: RwLock<Option<Arc<Generation>>>,
+    /// Held for a whole rebuild: one at a time.
+    rebuild: tokio::sync::Mutex<rebuild::Slot>,
+    /// Keys to size rebuilt filters for; 0 when unknown. Doubles on auto-grow.
+    capacity: AtomicU64,
+    fpr: f64,
+    rotate_seed: bool,
+    auto_grow: bool,
+    /// Wakes `rebuild_every` tasks early when auto-grow wants a bigger filter.
+    grow: Arc<Notify>,
+    /// Dropped with the last handle, which stops the `rebuild_every` tasks.
+    closed: watch::Sender<()>,
+    counters: FilterCounters,
+    last_rebuild: Mutex<Option<(u64, Duration)>>,
+}
+
+/// One filter and what is known about its fill.
+struct Generation {
+    filter: BloomFilter,
+    /// Distinct keys inserted (inserts that set at least one new bit).
+    items: AtomicU64,
+    /// Set once this generation's saturation has been reported.
+    saturation_reported: AtomicBool,
+}
+
+impl Generation {
+    fn empty(filter: BloomFilter) -> Self {
+        Self {
+            filter,
+            items: AtomicU64::new(0),
+            saturation_reported: AtomicBool::new(false),
+        }
+    }
+
+    /// A filter that may already hold keys: estimate how many from its bits (one scan).
+    fn counted(filter: BloomFilter) -> Self {
+        let estimate = filter.estimated_items();
+        let generation = Self::empty(filter);
+        // `as` saturates: an all-ones filter (infinite estimate) counts as u64::MAX keys.
+        generation.items.store(estimate.round() as u64, Relaxed);
+        generation
+    }
+
+    /// Inserts `key`; the new distinct-key count if it set a new bit.
+    #[inline]
+    fn insert<K: Key + ?Sized>(&self, key: &K) -> Option<u64> {
+        self.filter
+            .insert(key)
+            .then(|| self.items.fetch_add(1, Relaxed) + 1)
+    }
+
+    fn is_over_capacity(&self, items: u64) -> bool {
+        self.filter
+            .capacity()
+            .is_some_and(|capacity| items > capacity)
+    }
+}
+
+impl SharedFilter {
+    /// Shares `filter` with the default settings; see [`builder`](Self::builder) for the rest.
+    ///
+    /// Rebuilt filters get the same layout and hash key, and are sized for `filter`'s
+    /// capacity and false-positive rate (or for the source's count hint, if larger).
+    pub fn new(filter: BloomFilter) -> Self {
+        Self::builder().build(filter)
+    }
+
+    /// Configures a shared filter: name, rebuild sizing, auto-grow, hash key rotation.
+    pub fn builder() -> SharedFilterBuilder {
+        SharedFilterBuilder::default()
+    }
+
+    /// `false`: `key` was definitely never inserted. `true`: it probably was. Lock-free.
+    #[inline]
+    pub fn contains<K: Key + ?Sized>(&self, key: &K) -> bool {
+        self.shared.current.load().filter.contains(key)
+    }
+
+    /// Adds `key`, to the serving filter and, while a rebuild runs, to the one it is building.
+    ///
+    /// Call it **before the write that creates the record becomes visible**, so that nobody
+    /// can read the record while the guard still rejects its key.
+    pub fn insert<K: Key + ?Sized>(&self, key: &K) {
+        let shared = &*self.shared;
+        shared.counters.inserts.fetch_add(1, Relaxed);
+        let became = {
+            // The read lock spans both writes: see the module docs.
+            let building = shared
+                .building
+                .read()
+                .unwrap_or_else(PoisonError::into_inner);
+            let current = shared.current.load_full();
+            if let Some(next) = building.as_deref() {
+                next.insert(key);
+            }
+            current.insert(key).map(|items| (current, items))
+        };
+        // Reported outside the lock: a slow log subscriber must not delay a rebuild's swap.
+        if let Some((current, items)) = became {
+            if current.is_over_capacity(items) {
+                shared.report_saturation(&current, items as f64, None);
+            }
+        }
+    }
+
+    /// Counters and state; cheap (no scan of the bits).
+    pub fn stats(&self) -> FilterStats {
+        let shared = &*self.shared;
+        let current = shared.current.load();
+        let rebuilding = shared
+            .building
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some();
+        FilterStats {
+            name: shared.name.clone().into_owned(),
+            capacity: current.filter.capacity(),
+            num_bits: current.filter.num_bits(),
+            approx_items: current.items.load(Relaxed),
+            inserts: shared.counters.inserts.load(Relaxed),
+            rebuilds: shared.counters.rebuilds.load(Relaxed),
+            failed_rebuilds: shared.counters.failed_rebuilds.load(Relaxed),
+            cancelled_rebuilds: shared.counters.cancelled_rebuilds.load(Relaxed),
+            last_rebuild: *shared
+                .last_rebuild
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+            saturation_warnings: shared.counters.saturation_warnings.load(Relaxed),
+            rebuilding,
+        }
+    }
+
+    /// The name used in logs and as the `filter` metric label.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// The serving filter, as of now (a later rebuild does not change what this returns).
+    pub fn current(&self) -> CurrentFilter {
+        CurrentFilter(self.shared.current.load_full())
+    }
+}
+
+impl fmt::Debug for SharedFilter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedFilter")
+            .field("name", &self.shared.name)
+            .field("current", &self.shared.current.load().filter)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The filter that was serving when [`SharedFilter::current`] was called.
+pub struct CurrentFilter(Arc<Generation>);
+
+impl Deref for CurrentFilter {
+    type Target = BloomFilter;
+
+    fn deref(&self) -> &BloomFilter {
+        &self.0.filter
+    }
+}
+
+impl fmt::Debug for CurrentFilter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0.filter, f)
+    }
+}
+
+impl Shared {
+    fn write_building(&self) -> RwLockWriteGuard<'_, Option<Arc<Generation>>> {
+        self.building
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A fresh, empty filter for a rebuild: the current one's layout (and hash key unless
+    /// rotating), sized for the larger of the configured capacity and the source's count
+    /// plus a quarter of headroom for the inserts until the next rebuild; with neither known,
+    /// the current filter's exact shape.
+    fn next_filter(&self, count_hint: Option<u64>) -> Result<BloomFilter, BuildError> {
+        let current = self.current.load();
+        let shape = &current.filter;
+        let mut builder = BloomFilter::builder().layout(shape.layout());
+        if !self.rotate_seed {
+            builder = builder.seed(shape.seed());
+        }
+        let configured = Some(self.capacity.load(Relaxed)).filter(|&n| n > 0);
+        let wanted = match (configured, count_hint.map(|n| n.saturating_add(n / 4))) {
+            (Some(configured), Some(hinted)) => Some(configured.max(hinted)),
+            (configured, hinted) => configured.or(hinted),
+        };
+        match wanted {
+            Some(items) => builder
+                .expected_items(items.max(1))
+                .false_positive_rate(self.fpr)
+                .build(),
+            None => builder
+                .bits(shape.num_bits())
+                .hashes(shape.num_hashes())
+                .build(),
+        }
+    }
+}
+
+/// Configures a [`SharedFilter`]; from [`SharedFilter::builder`].
+///
+/// ```
+/// use bloom_tower::{BloomFilter, SharedFilter};
+///
+/// let filter = SharedFilter::builder()
+///     .name("users")
+///     .capacity(2_000_000)      // rebuilds size for at least this many keys
+///     .false_positive_rate(0.001)
+///     .auto_grow(true)          // saturated → next rebuild at double capacity
+///     .build(BloomFilter::new(1_000_000, 0.001)?);
+/// assert_eq!(filter.name(), "users");
+/// # Ok::<(), bloom_core::BuildError>(())
+/// ```
+#[derive(Clone, Debug, Default)]
+#[must_use]
+pub struct SharedFilterBuilder {
+    name: Option<Cow<'static, str>>,
+    capacity: Option<u64>,
+    fpr: Option<f64>,
+    auto_grow: bool,
+    rotate_seed: bool,
+}
+
+impl SharedFilterBuilder {
+    /// The name in logs and the `filter` metric label; `"default"` if not set.
+    pub fn name(mut self, name: impl Into<Cow<'static, str>>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// The number of keys rebuilt filters are sized for at least (a source's count hint
+    /// can raise it). Defaults to the initial filter's capacity.
+    pub fn capacity(mut self, keys: u64) -> Self {
+        self.capacity = Some(keys);
+        self
+    }
+
+    /// The false-positive rate rebuilt filters are sized for. Defaults to the initial
+    /// filter's, or 1% if it was sized by bits.
+    pub fn false_positive_rate(mut self, p: f64) -> Self {
+        self.fpr = Some(p);
+        self
+    }
+
+    /// When the filter saturates, double the capacity for the next rebuild and wake the
+    /// [`rebuild_every`](SharedFilter::rebuild_every) task to run it now. Off by default:
+    /// saturation is then only reported.
+    pub fn auto_grow(mut self, on: bool) -> Self {
+        self.auto_grow = on;
+        self
+    }
+
+    /// Give every rebuilt filter a fresh random hash key instead of keeping the current one.
+    /// Off by default, since a key set with `BloomFilter::builder().seed(..)` is usually meant
+    /// to stay; turn it on to shake off anyone who has learned keys that collide.
+    pub fn rotate_seed(mut self, on: bool) -> Self {
+        self.rotate_seed = on;
+        self
+    }
+
+    /// Shares `filter`. Its bits are scanned once to estimate how many keys it holds.
+    pub fn build(self, filter: BloomFilter) -> SharedFilter {
+        let capacity = self.capacity.or(filter.capacity()).unwrap_or(0);
+        let fpr = self.fpr.or(filter.target_fpr()).unwrap_or(DEFAULT_FPR);
+        let (closed, _) = watch::channel(());
+        SharedFilter {
+            shared: Arc::new(Shared {
+                name: self.name.unwrap_or(Cow::Borrowed("default")),
+                current: ArcSwap::from_pointee(Generation::counted(filter)),
+                building: RwLock::new(None),
+                rebuild: tokio::sync::Mutex::new(rebuild::Slot::default()),
+                capacity: AtomicU64::new(capacity),
+                fpr,
+                rotate_seed: self.rotate_seed,
+                auto_grow: self.auto_grow,
+                grow: Arc::new(Notify::new()),
+                closed,
+                counters: FilterCounters::default(),
+                last_rebuild: Mutex::new(None),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seeded(n: u64) -> BloomFilter {
+        BloomFilter::builder()
+            .expected_items(n)
+            .false_positive_rate(0.01)
+            .seed(7)
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn rebuild_sizing_takes_the_larger_of_capacity_and_hint() {
+        let filter = SharedFilter::new(seeded(1_000));
+        let shared = &filter.shared;
+        assert_eq!(shared.next_filter(None).unwrap().capacity(), Some(1_000));
+        assert_eq!(
+            shared.next_filter(Some(100)).unwrap().capacity(),
+            Some(1_000)
+        );
+        assert_eq!(
+            shared.next_filter(Some(8_000)).unwrap().capacity(),
+            Some(10_000)
+        );
+        assert_eq!(shared.next_filter(None).unwrap().seed(), 7);
+    }
+
+    #[test]
+    fn a_filter_sized_by_bits_is_rebuilt_in_the_same_shape() {
+        let by_bits = BloomFilter::builder().bits(4096).hashes(3).seed(1).build();
+        let filter = SharedFilter::new(by_bits.unwrap());
+        let next = filter.shared.next_filter(None).unwrap();
+        assert_eq!((next.num_bits(), next.num_hashes()), (4096, 3));
+        let hinted = filter.shared.next_filter(Some(1_000)).unwrap();
+        assert_eq!(hinted.capacity(), Some(1_250));
+        assert_eq!(hinted.target_fpr(), Some(DEFAULT_FPR));
+    }
+
+    #[test]
+    fn rotating_the_seed_draws_a_new_hash_key() {
+        let filter = SharedFilter::builder().rotate_seed(true).build(seeded(100));
+        assert_ne!(filter.shared.next_filter(None).unwrap().seed(), 7);
+    }
+
+    #[test]
+    fn a_prefilled_filter_is_counted_from_its_bits() {
+        let prefilled = seeded(10_000);
+        for key in 0..1_000u64 {
+            prefilled.insert(&key);
+        }
+        let stats = SharedFilter::new(prefilled).stats();
+        assert!((950..1_050).contains(&stats.approx_items), "{stats:?}");
+    }
+}

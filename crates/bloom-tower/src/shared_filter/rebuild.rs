@@ -1,0 +1,345 @@
+//! Rebuilding from a [`KeySource`]: once on demand, or periodically in the background.
+
+use std::error::Error;
+use std::fmt;
+use std::pin::pin;
+use std::sync::{Arc, PoisonError};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use tokio::sync::{MutexGuard, Notify};
+use tokio::task::JoinHandle;
+
+use super::{Generation, Shared, SharedFilter};
+use crate::key_source::{BoxError, KeySource};
+use crate::stats::RebuildOutcome;
+
+/// Keys streamed between two yields to the scheduler: an in-memory source is always ready,
+/// and a rebuild of millions of keys must not hold a worker thread for its whole length.
+const YIELD_EVERY: u64 = 4096;
+
+/// How the last rebuild ended; read by callers that waited for it.
+#[derive(Default)]
+pub(super) struct Slot {
+    last: Option<Finished>,
+}
+
+#[derive(Clone)]
+enum Finished {
+    Rebuilt { keys: u64 },
+    Failed(Arc<str>),
+    Cancelled,
+}
+
+/// What a successful [`SharedFilter::reload_from`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Reloaded {
+    /// This call streamed its source into a new filter and swapped it in.
+    Rebuilt {
+        /// Keys read from the source.
+        keys: u64,
+    },
+    /// A rebuild was already running: this call waited for it to complete instead of starting
+    /// another, and did not read its own source.
+    Joined {
+        /// Keys read by the rebuild it waited for.
+        keys: u64,
+    },
+}
+
+/// Why a rebuild failed. The previous filter keeps serving and the handle stays usable.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct ReloadError(Repr);
+
+#[derive(Debug, thiserror::Error)]
+enum Repr {
+    #[error("could not size the rebuilt filter; the previous filter keeps serving")]
+    Size(#[source] bloom_core::BuildError),
+    #[error("the key source failed after {keys} keys; the previous filter keeps serving")]
+    Source {
+        keys: u64,
+        #[source]
+        source: BoxError,
+    },
+    #[error(
+        "the rebuild this call waited for failed ({reason}); the previous filter keeps serving"
+    )]
+    Concurrent { reason: Arc<str> },
+}
+
+/// What kind of failure a [`ReloadError`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReloadErrorKind {
+    /// The new filter could not be built with the configured size and rate.
+    Size,
+    /// The [`KeySource`] returned an error.
+    Source,
+    /// This call waited for a concurrent rebuild, which failed.
+    Concurrent,
+}
+
+impl ReloadError {
+    /// What kind of failure this is.
+    pub fn kind(&self) -> ReloadErrorKind {
+        match self.0 {
+            Repr::Size(_) => ReloadErrorKind::Size,
+            Repr::Source { .. } => ReloadErrorKind::Source,
+            Repr::Concurrent { .. } => ReloadErrorKind::Concurrent,
+        }
+    }
+
+    /// For a source failure, how many keys were read before it.
+    pub fn keys_read(&self) -> Option<u64> {
+        match self.0 {
+            Repr::Source { keys, .. } => Some(keys),
+            _ => None,
+        }
+    }
+}
+
+/// An error and its chain of causes on one line, for logs.
+pub(crate) struct Chain<'a>(pub(crate) &'a (dyn Error + 'static));
+
+impl fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut cause = self.0.source();
+        while let Some(error) = cause {
+            write!(f, ": {error}")?;
+            cause = error.source();
+        }
+        Ok(())
+    }
+}
+
+/// One running rebuild. Dropping it (on error, or with the future) unpublishes the filter
+/// being built and records the outcome for callers waiting on the slot.
+struct Run<'a> {
+    shared: &'a Shared,
+    slot: MutexGuard<'a, Slot>,
+    finished: Finished,
+}
+
+impl Drop for Run<'_> {
+    fn drop(&mut self) {
+        // After a swap `building` is already `None`; otherwise this is what makes a failed or
+        // cancelled rebuild harmless: inserts stop writing a filter that will never serve, and
+        // every one of them also went into the serving filter.
+        *self.shared.write_building() = None;
+        let outcome = match self.finished {
+            Finished::Rebuilt { .. } => RebuildOutcome::Ok,
+            Finished::Failed(_) => RebuildOutcome::Error,
+            Finished::Cancelled => RebuildOutcome::Cancelled,
+        };
+        if let Finished::Cancelled = self.finished {
+            tracing::debug!(filter = %self.shared.name, "rebuild dropped midway; the previous filter keeps serving");
+        }
+        self.shared
+            .counters
+            .rebuild_finished(&self.shared.name, outcome);
+        self.slot.last = Some(self.finished.clone());
+    }
+}
+
+impl SharedFilter {
+    /// Rebuilds the filter from `source` and swaps it in atomically.
+    ///
+    /// The new filter is sized for the configured capacity or the source's
+    /// [count hint](KeySource::count_hint) plus 25%, whichever is larger. Inserts made while
+    /// it runs go into both filters, so no key inserted before or during the rebuild is
+    /// rejected afterwards; [`KeySource::keys`] says what the source must yield.
+    ///
+    /// Only one rebuild runs at a time: a call made while another runs waits for it and
+    /// returns its result ([`Reloaded::Joined`], or an error of kind
+    /// [`Concurrent`](ReloadErrorKind::Concurrent)) without reading `source`; if the one it
+    /// waited for was dropped midway, this call rebuilds itself.
+    ///
+    /// If the source fails, or this future is dropped, the old filter keeps serving with
+    /// nothing lost and later rebuilds work normally.
+    pub async fn reload_from<S>(&self, source: &S) -> Result<Reloaded, ReloadError>
+    where
+        S: KeySource + ?Sized,
+    {
+        let counters = &self.shared.counters;
+        let finished_before = counters.finished_rebuilds();
+        let slot = match self.shared.rebuild.try_lock() {
+            Ok(slot) => slot,
+            Err(_) => {
+                let slot = self.shared.rebuild.lock().await;
+                // Join only a rebuild that ended after this call began (the one it waited
+                // for), and only if it did its job.
+                let waited = counters.finished_rebuilds() != finished_before;
+                match &slot.last {
+                    Some(Finished::Rebuilt { keys }) if waited => {
+                        return Ok(Reloaded::Joined { keys: *keys });
+                    }
+                    Some(Finished::Failed(reason)) if waited => {
+                        let reason = Arc::clone(reason);
+                        return Err(ReloadError(Repr::Concurrent { reason }));
+                    }
+                    _ => slot,
+                }
+            }
+        };
+        self.rebuild_holding(slot, source).await
+    }
+
+    async fn rebuild_holding<S>(
+        &self,
+        slot: MutexGuard<'_, Slot>,
+        source: &S,
+    ) -> Result<Reloaded, ReloadError>
+    where
+        S: KeySource + ?Sized,
+    {
+        let shared = &*self.shared;
+        let started = Instant::now();
+        let mut run = Run {
+            shared,
+            slot,
+            finished: Finished::Cancelled,
+        };
+        let next = match shared.next_filter(source.count_hint()) {
+            Ok(filter) => Arc::new(Generation::empty(filter)),
+            Err(error) => {
+                let error = ReloadError(Repr::Size(error));
+                run.finished = Finished::Failed(Chain(&error).to_string().into());
+                return Err(error);
+            }
+        };
+
+        // Publish: from here on every insert also writes `next`. Taking the write lock waits
+        // out inserts that started before, so each of them returns before `keys()` is called.
+        *shared.write_building() = Some(Arc::clone(&next));
+
+        let mut keys = pin!(source.keys());
+        let mut read = 0u64;
+        loop {
+            // Matched in place, so no key or error is held across the yield below (they need
+            // not be `Send`).
+            match keys.next().await {
+                None => break,
+                Some(Ok(key)) => {
+                    next.insert(&key);
+                }
+                Some(Err(error)) => {
+                    let error = ReloadError(Repr::Source {
+                        keys: read,
+                        source: error.into(),
+                    });
+                    run.finished = Finished::Failed(Chain(&error).to_string().into());
+                    return Err(error);
+                }
+            }
+            read += 1;
+            if read % YIELD_EVERY == 0 {
+                tokio::task::yield_now().await;
+            }
+        }
+
+        // Swap, under the write lock: no insert is between writing the old filter and
+        // reading `building` while this happens.
+        {
+            let mut building = shared.write_building();
+            shared.current.store(Arc::clone(&next));
+            *building = None;
+        }
+        run.finished = Finished::Rebuilt { keys: read };
+        drop(run);
+
+        let elapsed = started.elapsed();
+        *shared
+            .last_rebuild
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some((read, elapsed));
+        let items = next.items.load(std::sync::atomic::Ordering::Relaxed);
+        shared.counters.keys(&shared.name, items);
+        tracing::debug!(filter = %shared.name, keys = read, ?elapsed, "rebuilt the filter");
+        // A source with no count hint can hold more keys than the configured capacity.
+        if next.is_over_capacity(items) {
+            shared.report_saturation(&next, items as f64, None);
+        }
+        Ok(Reloaded::Rebuilt { keys: read })
+    }
+
+    /// Rebuilds from `source` every `interval` (the first time one `interval` from now),
+    /// in a Tokio task, until [`RebuildTask::shutdown`] or until every handle to this filter
+    /// (every clone, every guard holding one) is dropped. A failed rebuild is logged with
+    /// `tracing` at `warn` and the old filter keeps serving; the next one runs on schedule.
+    /// With [`auto_grow`](crate::SharedFilterBuilder::auto_grow), saturation triggers a rebuild
+    /// at once.
+    ///
+    /// The task holds no strong reference between rebuilds. Dropping the returned
+    /// [`RebuildTask`] detaches it (it keeps running).
+    ///
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime, like [`tokio::spawn`].
+    pub fn rebuild_every<S>(&self, interval: Duration, source: S) -> RebuildTask
+    where
+        S: KeySource + Send + Sync + 'static,
+    {
+        let filter = Arc::downgrade(&self.shared);
+        let mut closed = self.shared.closed.subscribe();
+        let grow = Arc::clone(&self.shared.grow);
+        let stop = Arc::new(Notify::new());
+        let stopped = Arc::clone(&stop);
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = stopped.notified() => return,
+                    // Only ever resolves with an error: when the last handle is dropped.
+                    _ = closed.changed() => return,
+                    () = tokio::time::sleep(interval) => {}
+                    () = grow.notified() => {}
+                }
+                let Some(shared) = filter.upgrade() else {
+                    return;
+                };
+                let filter = SharedFilter { shared };
+                tokio::select! {
+                    () = stopped.notified() => return,
+                    result = filter.reload_from(&source) => if let Err(error) = result {
+                        tracing::warn!(
+                            filter = %filter.name(),
+                            error = %Chain(&error),
+                            "scheduled rebuild failed; the previous filter keeps serving",
+                        );
+                    },
+                }
+            }
+        });
+        RebuildTask { stop, task }
+    }
+}
+
+/// The background task started by [`SharedFilter::rebuild_every`].
+#[derive(Debug)]
+#[must_use = "dropping a RebuildTask detaches it; keep it to shut the task down"]
+pub struct RebuildTask {
+    stop: Arc<Notify>,
+    task: JoinHandle<()>,
+}
+
+impl RebuildTask {
+    /// Stops the task and waits for it to end. A rebuild in progress is dropped, which leaves
+    /// the current filter serving.
+    pub async fn shutdown(self) {
+        self.stop.notify_one();
+        // The task cannot panic short of a panicking log subscriber; either way it has ended.
+        let _ = self.task.await;
+    }
+
+    /// Waits for the task to end on its own: when every handle to the filter is dropped.
+    pub async fn join(self) {
+        let _ = self.task.await;
+    }
+
+    /// Whether the task has ended.
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+}

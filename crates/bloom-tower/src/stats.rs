@@ -1,0 +1,241 @@
+//! Counters: always kept in memory (read them with [`BloomGuard::stats`] and
+//! [`SharedFilter::stats`]) and, with the `metrics` feature (on by default), also emitted
+//! through the [`metrics`](https://docs.rs/metrics) facade to whatever recorder the
+//! application installed (Prometheus, StatsD, …).
+//!
+//! | metric | kind | labels | counts |
+//! | --- | --- | --- | --- |
+//! | [`bloom_guard_checked_total`](names::GUARD_CHECKED) | counter | `guard` | requests whose key was looked up |
+//! | [`bloom_guard_passed_total`](names::GUARD_PASSED) | counter | `guard` | lookups that found the key maybe present (inner service called) |
+//! | [`bloom_guard_rejected_total`](names::GUARD_REJECTED) | counter | `guard` | lookups that found the key definitely absent (answered by the guard) |
+//! | [`bloom_guard_missing_key_total`](names::GUARD_MISSING_KEY) | counter | `guard` | requests with no usable key |
+//! | [`bloom_filter_rebuilds_total`](names::FILTER_REBUILDS) | counter | `filter`, `outcome` = `ok` / `error` / `cancelled` | rebuilds |
+//! | [`bloom_filter_saturated_total`](names::FILTER_SATURATED) | counter | `filter` | saturation warnings (at most one per filter generation) |
+//! | [`bloom_filter_keys`](names::FILTER_KEYS) | gauge | `filter` | distinct keys in the serving filter (approximate) |
+//!
+//! `guard` is [`BloomGuard::name`], `filter` is [`SharedFilterBuilder::name`]; both default
+//! to `"default"`. The guard registers its counters with the recorder on its first request,
+//! so install the recorder before serving.
+//!
+//! [`BloomGuard::stats`]: crate::BloomGuard::stats
+//! [`BloomGuard::name`]: crate::BloomGuard::name
+//! [`SharedFilter::stats`]: crate::SharedFilter::stats
+//! [`SharedFilterBuilder::name`]: crate::SharedFilterBuilder::name
+
+use std::borrow::Cow;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+/// The metric names.
+pub mod names {
+    /// Counter: requests whose key was looked up (`passed + rejected`).
+    pub const GUARD_CHECKED: &str = "bloom_guard_checked_total";
+    /// Counter: lookups that found the key maybe present; the inner service was called.
+    pub const GUARD_PASSED: &str = "bloom_guard_passed_total";
+    /// Counter: lookups that found the key definitely absent; the guard answered.
+    pub const GUARD_REJECTED: &str = "bloom_guard_rejected_total";
+    /// Counter: requests in which the extractor found no key.
+    pub const GUARD_MISSING_KEY: &str = "bloom_guard_missing_key_total";
+    /// Counter: finished rebuilds, labelled `outcome` = `ok`, `error` or `cancelled`.
+    pub const FILTER_REBUILDS: &str = "bloom_filter_rebuilds_total";
+    /// Counter: saturation warnings.
+    pub const FILTER_SATURATED: &str = "bloom_filter_saturated_total";
+    /// Gauge: approximate number of distinct keys in the serving filter.
+    pub const FILTER_KEYS: &str = "bloom_filter_keys";
+}
+
+/// A guard's request counters, shared by the layer and every service made from it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GuardStats {
+    /// Requests whose key was looked up: `passed + rejected`.
+    pub checked: u64,
+    /// Lookups that found the key maybe present (the inner service was called).
+    pub passed: u64,
+    /// Lookups that found the key definitely absent (the guard answered).
+    pub rejected: u64,
+    /// Requests with no usable key (handled by the missing-key policy).
+    pub missing_key: u64,
+}
+
+/// The counters behind [`GuardStats`].
+pub(crate) struct GuardCounters {
+    name: Cow<'static, str>,
+    /// Whether rejection events carry the key (off: keys can be personal data).
+    log_keys: bool,
+    passed: AtomicU64,
+    rejected: AtomicU64,
+    missing_key: AtomicU64,
+    #[cfg(feature = "metrics")]
+    handles: std::sync::OnceLock<GuardMetrics>,
+}
+
+#[cfg(feature = "metrics")]
+struct GuardMetrics {
+    checked: metrics::Counter,
+    passed: metrics::Counter,
+    rejected: metrics::Counter,
+    missing_key: metrics::Counter,
+}
+
+impl GuardCounters {
+    pub(crate) fn new(name: Cow<'static, str>, log_keys: bool) -> Self {
+        Self {
+            name,
+            log_keys,
+            passed: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
+            missing_key: AtomicU64::new(0),
+            #[cfg(feature = "metrics")]
+            handles: std::sync::OnceLock::new(),
+        }
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn log_keys(&self) -> bool {
+        self.log_keys
+    }
+
+    /// Registering a counter looks the key up in the recorder: done once, not per request.
+    #[cfg(feature = "metrics")]
+    fn metrics(&self) -> &GuardMetrics {
+        self.handles.get_or_init(|| {
+            let guard = self.name.clone().into_owned();
+            GuardMetrics {
+                checked: metrics::counter!(names::GUARD_CHECKED, "guard" => guard.clone()),
+                passed: metrics::counter!(names::GUARD_PASSED, "guard" => guard.clone()),
+                rejected: metrics::counter!(names::GUARD_REJECTED, "guard" => guard.clone()),
+                missing_key: metrics::counter!(names::GUARD_MISSING_KEY, "guard" => guard),
+            }
+        })
+    }
+
+    #[inline]
+    pub(crate) fn passed(&self) {
+        self.passed.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        {
+            let metrics = self.metrics();
+            metrics.checked.increment(1);
+            metrics.passed.increment(1);
+        }
+    }
+
+    #[inline]
+    pub(crate) fn rejected(&self) {
+        self.rejected.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        {
+            let metrics = self.metrics();
+            metrics.checked.increment(1);
+            metrics.rejected.increment(1);
+        }
+    }
+
+    #[inline]
+    pub(crate) fn missing_key(&self) {
+        self.missing_key.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        self.metrics().missing_key.increment(1);
+    }
+
+    pub(crate) fn snapshot(&self) -> GuardStats {
+        let passed = self.passed.load(Relaxed);
+        let rejected = self.rejected.load(Relaxed);
+        GuardStats {
+            checked: passed + rejected,
+            passed,
+            rejected,
+            missing_key: self.missing_key.load(Relaxed),
+        }
+    }
+}
+
+/// A [`SharedFilter`](crate::SharedFilter)'s state and history. Cheap: no scan of the bits
+/// (for the exact fill, see [`SharedFilter::check_saturation`](crate::SharedFilter::check_saturation)).
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct FilterStats {
+    /// The name used as the `filter` metric label.
+    pub name: String,
+    /// The number of keys the serving filter was sized for, if it was sized by count.
+    pub capacity: Option<u64>,
+    /// The serving filter's size in bits.
+    pub num_bits: u64,
+    /// Distinct keys in the serving filter, counted as they go in (an insert that finds all
+    /// its bits set already is not counted, so this slightly undercounts).
+    pub approx_items: u64,
+    /// Calls to [`SharedFilter::insert`](crate::SharedFilter::insert).
+    pub inserts: u64,
+    /// Rebuilds that completed and swapped in a new filter.
+    pub rebuilds: u64,
+    /// Rebuilds that failed (source error, bad size); the old filter kept serving.
+    pub failed_rebuilds: u64,
+    /// Rebuilds whose future was dropped midway; the old filter kept serving.
+    pub cancelled_rebuilds: u64,
+    /// Keys read by the last completed rebuild, and how long it took.
+    pub last_rebuild: Option<(u64, Duration)>,
+    /// Saturation warnings so far (at most one per filter generation).
+    pub saturation_warnings: u64,
+    /// Whether a rebuild is running now.
+    pub rebuilding: bool,
+}
+
+/// Filter-level counters kept by the shared state.
+#[derive(Default)]
+pub(crate) struct FilterCounters {
+    pub(crate) inserts: AtomicU64,
+    pub(crate) rebuilds: AtomicU64,
+    pub(crate) failed_rebuilds: AtomicU64,
+    pub(crate) cancelled_rebuilds: AtomicU64,
+    pub(crate) saturation_warnings: AtomicU64,
+}
+
+/// How a rebuild ended, for the `outcome` label.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum RebuildOutcome {
+    Ok,
+    Error,
+    Cancelled,
+}
+
+impl FilterCounters {
+    /// Rebuilds that have ended, however.
+    pub(crate) fn finished_rebuilds(&self) -> u64 {
+        self.rebuilds.load(Relaxed)
+            + self.failed_rebuilds.load(Relaxed)
+            + self.cancelled_rebuilds.load(Relaxed)
+    }
+
+    pub(crate) fn rebuild_finished(&self, filter: &str, outcome: RebuildOutcome) {
+        let (counter, label) = match outcome {
+            RebuildOutcome::Ok => (&self.rebuilds, "ok"),
+            RebuildOutcome::Error => (&self.failed_rebuilds, "error"),
+            RebuildOutcome::Cancelled => (&self.cancelled_rebuilds, "cancelled"),
+        };
+        counter.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        metrics::counter!(names::FILTER_REBUILDS, "filter" => filter.to_owned(), "outcome" => label)
+            .increment(1);
+        #[cfg(not(feature = "metrics"))]
+        let _ = (filter, label);
+    }
+
+    pub(crate) fn saturated(&self, filter: &str) {
+        self.saturation_warnings.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        metrics::counter!(names::FILTER_SATURATED, "filter" => filter.to_owned()).increment(1);
+        #[cfg(not(feature = "metrics"))]
+        let _ = filter;
+    }
+
+    pub(crate) fn keys(&self, filter: &str, keys: u64) {
+        #[cfg(feature = "metrics")]
+        metrics::gauge!(names::FILTER_KEYS, "filter" => filter.to_owned()).set(keys as f64);
+        #[cfg(not(feature = "metrics"))]
+        let _ = (filter, keys);
+    }
+}

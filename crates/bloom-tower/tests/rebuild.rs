@@ -1,0 +1,730 @@
+//! Rebuilds: zero false negatives under concurrent inserts and lookups, failed and dropped
+//! rebuilds, one rebuild at a time, and the background task's lifetime.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bloom_tower::{
+    BloomFilter, Key, KeySource, ReloadErrorKind, Reloaded, SharedFilter, key_source,
+};
+use futures_core::Stream;
+use futures_util::{FutureExt, StreamExt, stream};
+use tokio::sync::Notify;
+
+fn filter_for(capacity: u64) -> SharedFilter {
+    SharedFilter::new(
+        BloomFilter::builder()
+            .expected_items(capacity)
+            .false_positive_rate(0.01)
+            .seed(0x5EED_u128)
+            .build()
+            .unwrap(),
+    )
+}
+
+// ---------------------------------------------------------------------------------------
+// Rebuild under load.
+
+const WRITERS: u64 = 3;
+const REBUILDS: u64 = 100;
+/// Keys each writer may insert per rebuild started (keeps the key count bounded).
+const ALLOWANCE: u64 = 300;
+/// Keys every rebuild waits to see committed after its snapshot, before streaming: these
+/// can reach the new filter only through the double write.
+const INSERTED_DURING: usize = 60;
+
+fn key_of(writer: u64, i: u64) -> u64 {
+    (writer << 40) | i
+}
+
+/// The "database": committed keys, plus what the test needs to pace and audit the writers.
+#[derive(Default)]
+struct Db {
+    committed: Mutex<Vec<u64>>,
+    /// Rebuilds that have taken their snapshot; writers may run `ALLOWANCE` keys ahead.
+    snapshots: AtomicU64,
+    /// Keys committed after a snapshot was taken, summed over the rebuilds.
+    committed_after_snapshots: AtomicUsize,
+    done: AtomicBool,
+}
+
+/// Reads the database *inside* `keys()`, after the rebuild has published its filter; then
+/// waits until the writers have committed `INSERTED_DURING` more keys before streaming.
+struct DbSource(Arc<Db>);
+
+impl KeySource for DbSource {
+    type Error = std::convert::Infallible;
+
+    fn keys(&self) -> impl Stream<Item = Result<impl Key + Send + '_, Self::Error>> + Send + '_ {
+        let db = &*self.0;
+        let snapshot = db.committed.lock().unwrap().clone();
+        db.snapshots.fetch_add(1, SeqCst);
+        let wait = async move {
+            while db.committed.lock().unwrap().len() < snapshot.len() + INSERTED_DURING {
+                tokio::task::yield_now().await;
+            }
+            snapshot
+        };
+        stream::once(wait).flat_map(|snapshot| stream::iter(snapshot.into_iter().map(Ok)))
+    }
+}
+
+async fn writer(filter: SharedFilter, db: Arc<Db>, id: u64, visible: Arc<AtomicU64>) {
+    let mut i = 0;
+    while !db.done.load(SeqCst) {
+        if i >= (db.snapshots.load(SeqCst) + 1) * ALLOWANCE {
+            tokio::task::yield_now().await;
+            continue;
+        }
+        let key = key_of(id, i);
+        // The documented pattern: insert before the commit (readers never see a record the
+        // guard rejects) and again after it (a rebuild whose snapshot missed the open
+        // transaction gets the key through the double write).
+        filter.insert(&key);
+        db.committed.lock().unwrap().push(key);
+        filter.insert(&key);
+        visible.store(i + 1, SeqCst);
+        i += 1;
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Looks up every key inserted so far, over and over; returns the ones it did not find.
+async fn querier(filter: SharedFilter, db: Arc<Db>, visible: Vec<Arc<AtomicU64>>) -> Vec<u64> {
+    let mut missed = Vec::new();
+    loop {
+        let last_pass = db.done.load(SeqCst);
+        for (writer, visible) in (0..).zip(&visible) {
+            for i in 0..visible.load(SeqCst) {
+                let key = key_of(writer, i);
+                if !filter.contains(&key) {
+                    missed.push(key);
+                }
+            }
+            tokio::task::yield_now().await;
+        }
+        if last_pass {
+            return missed;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn no_key_inserted_before_or_during_100_back_to_back_rebuilds_is_ever_missed() {
+    let filter = filter_for(200_000);
+    let db = Arc::new(Db::default());
+    let source = DbSource(Arc::clone(&db));
+    let visible: Vec<_> = (0..WRITERS).map(|_| Arc::new(AtomicU64::new(0))).collect();
+
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|id| {
+            let task = writer(
+                filter.clone(),
+                Arc::clone(&db),
+                id,
+                Arc::clone(&visible[id as usize]),
+            );
+            tokio::spawn(task)
+        })
+        .collect();
+    let queriers: Vec<_> = (0..2)
+        .map(|_| tokio::spawn(querier(filter.clone(), Arc::clone(&db), visible.clone())))
+        .collect();
+
+    for _ in 0..REBUILDS {
+        let committed_before = db.committed.lock().unwrap().len();
+        let reloaded = filter.reload_from(&source).await.unwrap();
+        let Reloaded::Rebuilt { keys } = reloaded else {
+            panic!("{reloaded:?}: nothing else rebuilds");
+        };
+        assert!(keys as usize >= committed_before);
+        let committed_after = db.committed.lock().unwrap().len();
+        db.committed_after_snapshots
+            .fetch_add(committed_after - keys as usize, SeqCst);
+    }
+    db.done.store(true, SeqCst);
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    let mut missed = Vec::new();
+    for querier in queriers {
+        missed.extend(querier.await.unwrap());
+    }
+
+    assert!(
+        missed.is_empty(),
+        "{} false negatives, e.g. {:?}",
+        missed.len(),
+        &missed[..missed.len().min(5)]
+    );
+    let committed = db.committed.lock().unwrap();
+    assert!(committed.iter().all(|key| filter.contains(key)));
+    // The test exercised what it claims: thousands of keys reached the new filters only
+    // through the double write.
+    let through_double_write = db.committed_after_snapshots.load(SeqCst);
+    assert!(through_double_write >= REBUILDS as usize * INSERTED_DURING);
+    let stats = filter.stats();
+    assert_eq!(
+        (stats.rebuilds, stats.failed_rebuilds, stats.rebuilding),
+        (REBUILDS, 0, false)
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Failed and dropped rebuilds.
+
+/// A source that yields `0..fail_at`, inserting `during` into the filter halfway (as a writer
+/// would, while the rebuild runs), then fails.
+fn failing_source(filter: SharedFilter, fail_at: u64, during: Vec<u64>) -> impl KeySource {
+    key_source::from_stream(move || {
+        let filter = filter.clone();
+        let during = during.clone();
+        stream::iter(0..=fail_at).map(move |i| {
+            if i == fail_at / 2 {
+                during.iter().for_each(|key| filter.insert(key));
+            }
+            if i == fail_at {
+                Err(std::io::Error::other("connection reset by peer"))
+            } else {
+                Ok(i)
+            }
+        })
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_whose_source_fails_midway_leaves_the_old_filter_serving() {
+    let filter = filter_for(10_000);
+    let initial: Vec<u64> = (0..1_000).collect();
+    filter.reload_from(&initial).await.unwrap();
+    let during: Vec<u64> = (5_000..5_100).collect();
+
+    let error = filter
+        .reload_from(&failing_source(filter.clone(), 500, during.clone()))
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ReloadErrorKind::Source);
+    assert_eq!(error.keys_read(), Some(500));
+    let chain = std::error::Error::source(&error).unwrap().to_string();
+    assert_eq!(chain, "connection reset by peer");
+    assert!(
+        error.to_string().contains("previous filter keeps serving"),
+        "{error}"
+    );
+
+    let stats = filter.stats();
+    assert_eq!(
+        (stats.rebuilds, stats.failed_rebuilds, stats.rebuilding),
+        (1, 1, false)
+    );
+    assert!(
+        initial
+            .iter()
+            .chain(&during)
+            .all(|key| filter.contains(key))
+    );
+
+    // The handle is usable: inserts work, and the next rebuild succeeds.
+    filter.insert(&9_999u64);
+    let all: Vec<u64> = initial
+        .iter()
+        .chain(&during)
+        .copied()
+        .chain([9_999])
+        .collect();
+    assert_eq!(
+        filter.reload_from(&all).await.unwrap(),
+        Reloaded::Rebuilt { keys: 1_101 }
+    );
+    assert!(all.iter().all(|key| filter.contains(key)));
+}
+
+/// Yields `0..n` (inserting `during` halfway), then signals `reached` and never ends.
+fn stalling_source(
+    filter: SharedFilter,
+    n: u64,
+    during: Vec<u64>,
+    reached: Arc<Notify>,
+) -> impl KeySource {
+    key_source::from_stream(move || {
+        let (filter, during, reached) = (filter.clone(), during.clone(), Arc::clone(&reached));
+        let keys = stream::iter(0..n).map(move |i| {
+            if i == n / 2 {
+                during.iter().for_each(|key| filter.insert(key));
+            }
+            Ok::<_, std::io::Error>(i)
+        });
+        let stall = stream::once(async move {
+            reached.notify_one();
+            std::future::pending::<()>().await;
+            Ok(u64::MAX)
+        });
+        keys.chain(stall)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_dropped_midway_leaves_the_old_filter_serving_and_the_next_one_runs() {
+    let filter = filter_for(10_000);
+    let initial: Vec<u64> = (0..1_000).collect();
+    filter.reload_from(&initial).await.unwrap();
+    let during: Vec<u64> = (5_000..5_100).collect();
+    let reached = Arc::new(Notify::new());
+    let source = stalling_source(filter.clone(), 500, during.clone(), Arc::clone(&reached));
+
+    tokio::select! {
+        result = filter.reload_from(&source) => panic!("the stalled rebuild finished: {result:?}"),
+        () = reached.notified() => {} // dropping the rebuild future here, midway
+    }
+
+    let stats = filter.stats();
+    assert_eq!(
+        (stats.rebuilds, stats.cancelled_rebuilds, stats.rebuilding),
+        (1, 1, false)
+    );
+    assert!(
+        initial
+            .iter()
+            .chain(&during)
+            .all(|key| filter.contains(key))
+    );
+
+    filter.insert(&9_999u64);
+    let all: Vec<u64> = initial
+        .iter()
+        .chain(&during)
+        .copied()
+        .chain([9_999])
+        .collect();
+    // Not `Joined`: the dropped rebuild released the lock and did not count as done.
+    assert_eq!(
+        filter.reload_from(&all).await.unwrap(),
+        Reloaded::Rebuilt { keys: 1_101 }
+    );
+    assert!(all.iter().all(|key| filter.contains(key)));
+}
+
+// ---------------------------------------------------------------------------------------
+// One rebuild at a time.
+
+/// Signals `started` from `keys()`, then waits for `release` before yielding `keys`;
+/// counts calls to `keys()`.
+struct Gated {
+    keys: Vec<u64>,
+    started: Arc<Notify>,
+    release: Arc<Notify>,
+    fail: bool,
+    calls: AtomicUsize,
+}
+
+impl Gated {
+    fn new(keys: Vec<u64>, fail: bool) -> Self {
+        Self {
+            keys,
+            started: Arc::new(Notify::new()),
+            release: Arc::new(Notify::new()),
+            fail,
+            calls: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl KeySource for Gated {
+    type Error = std::io::Error;
+
+    fn keys(&self) -> impl Stream<Item = Result<impl Key + Send + '_, Self::Error>> + Send + '_ {
+        self.calls.fetch_add(1, SeqCst);
+        self.started.notify_one();
+        let gate = stream::once(self.release.notified()).filter_map(|()| async { None });
+        let tail = stream::iter(
+            self.fail
+                .then(|| Err(std::io::Error::other("gated failure"))),
+        );
+        gate.chain(stream::iter(self.keys.iter().map(Ok)))
+            .chain(tail)
+    }
+}
+
+/// Starts a rebuild from `running` in a task and waits until it is streaming; then polls a
+/// second `reload_from(waiter)` once so that it is queued behind the first.
+async fn run_while_another_waits<'a>(
+    filter: &'a SharedFilter,
+    running: Arc<Gated>,
+    waiter: &'a Gated,
+) -> (
+    tokio::task::JoinHandle<Result<Reloaded, bloom_tower::ReloadError>>,
+    impl Future<Output = Result<Reloaded, bloom_tower::ReloadError>> + 'a,
+) {
+    let started = Arc::clone(&running.started);
+    let task = tokio::spawn({
+        let filter = filter.clone();
+        async move { filter.reload_from(&*running).await }
+    });
+    started.notified().await;
+    let mut second = Box::pin(filter.reload_from(waiter));
+    assert!(
+        (&mut second).now_or_never().is_none(),
+        "the second rebuild did not wait"
+    );
+    (task, second)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_concurrent_reload_waits_for_the_running_one_and_returns_its_result() {
+    let filter = filter_for(10_000);
+    let running = Arc::new(Gated::new((0..700).collect(), false));
+    let waiter = Gated::new((0..5).collect(), false);
+
+    let (first, second) = run_while_another_waits(&filter, Arc::clone(&running), &waiter).await;
+    running.release.notify_one();
+    assert_eq!(
+        first.await.unwrap().unwrap(),
+        Reloaded::Rebuilt { keys: 700 }
+    );
+    assert_eq!(second.await.unwrap(), Reloaded::Joined { keys: 700 });
+    assert_eq!(
+        waiter.calls.load(SeqCst),
+        0,
+        "the waiting call read its source"
+    );
+    assert_eq!(filter.stats().rebuilds, 1);
+    // With nothing running, the next call rebuilds itself.
+    assert_eq!(
+        filter.reload_from(&vec![1u64]).await.unwrap(),
+        Reloaded::Rebuilt { keys: 1 }
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_concurrent_reload_reports_the_failure_of_the_one_it_waited_for() {
+    let filter = filter_for(10_000);
+    let running = Arc::new(Gated::new((0..10).collect(), true));
+    let waiter = Gated::new((0..5).collect(), false);
+
+    let (first, second) = run_while_another_waits(&filter, Arc::clone(&running), &waiter).await;
+    running.release.notify_one();
+    assert_eq!(
+        first.await.unwrap().unwrap_err().kind(),
+        ReloadErrorKind::Source
+    );
+    let error = second.await.unwrap_err();
+    assert_eq!(error.kind(), ReloadErrorKind::Concurrent);
+    assert!(error.to_string().contains("gated failure"), "{error}");
+    assert_eq!(waiter.calls.load(SeqCst), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_waiting_on_one_that_is_dropped_runs_its_own() {
+    let filter = filter_for(10_000);
+    let running = Arc::new(Gated::new((0..10).collect(), false));
+    let waiter = Gated::new((0..5).collect(), false);
+
+    let (first, second) = run_while_another_waits(&filter, Arc::clone(&running), &waiter).await;
+    first.abort();
+    assert!(first.await.unwrap_err().is_cancelled());
+    waiter.release.notify_one();
+    assert_eq!(second.await.unwrap(), Reloaded::Rebuilt { keys: 5 });
+    assert_eq!(waiter.calls.load(SeqCst), 1);
+}
+
+// ---------------------------------------------------------------------------------------
+// The background task. The clock is Tokio's paused test clock: it jumps ahead whenever every
+// task is idle, so "an hour" passes at once and no test depends on real time.
+
+fn shared_vec(keys: impl IntoIterator<Item = u64>) -> Arc<Mutex<Vec<u64>>> {
+    Arc::new(Mutex::new(keys.into_iter().collect()))
+}
+
+fn source_of(keys: &Arc<Mutex<Vec<u64>>>) -> impl KeySource + Send + Sync + 'static {
+    let keys = Arc::clone(keys);
+    key_source::from_iter(move || keys.lock().unwrap().clone())
+}
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+#[tokio::test(start_paused = true)]
+async fn rebuild_every_rebuilds_on_schedule_from_the_current_source() {
+    let filter = filter_for(10_000);
+    let keys = shared_vec(0..100);
+    let task = filter.rebuild_every(HOUR, source_of(&keys));
+
+    tokio::time::sleep(HOUR / 2).await;
+    assert_eq!(
+        filter.stats().rebuilds,
+        0,
+        "rebuilt before the first interval"
+    );
+    tokio::time::sleep(HOUR).await;
+    assert_eq!(filter.stats().rebuilds, 1);
+    assert_eq!(filter.stats().last_rebuild.unwrap().0, 100);
+
+    keys.lock().unwrap().retain(|&key| key >= 50); // 50 records deleted
+    tokio::time::sleep(HOUR).await;
+    assert_eq!(filter.stats().rebuilds, 2);
+    assert_eq!(filter.stats().last_rebuild.unwrap().0, 50);
+
+    task.shutdown().await;
+    tokio::time::sleep(3 * HOUR).await;
+    assert_eq!(filter.stats().rebuilds, 2, "rebuilt after shutdown");
+    assert!(filter.contains(&99u64), "the filter is still usable");
+}
+
+#[tokio::test(start_paused = true)]
+async fn rebuild_every_stops_when_the_last_handle_is_dropped() {
+    let filter = filter_for(10_000);
+    let guard_copy = filter.clone();
+    let task = filter.rebuild_every(HOUR, vec![1u64, 2, 3]);
+    drop(filter);
+    tokio::time::sleep(HOUR * 3 / 2).await;
+    assert!(!task.is_finished(), "stopped while a handle was alive");
+    assert_eq!(guard_copy.stats().rebuilds, 1);
+
+    drop(guard_copy);
+    // Paused clock: were the task still sleeping, a day would pass instantly and time out.
+    tokio::time::timeout(24 * HOUR, task.join())
+        .await
+        .expect("the task outlived every handle");
+}
+
+#[tokio::test(start_paused = true)]
+async fn rebuild_every_logs_a_failure_keeps_serving_and_tries_again() {
+    let filter = filter_for(10_000);
+    filter.reload_from(&vec![1u64, 2, 3]).await.unwrap();
+    let task = filter.rebuild_every(HOUR, failing_source(filter.clone(), 10, vec![]));
+
+    tokio::time::sleep(HOUR + HOUR / 2).await;
+    assert_eq!(filter.stats().failed_rebuilds, 1);
+    assert!([1u64, 2, 3].iter().all(|key| filter.contains(key)));
+    tokio::time::sleep(HOUR).await;
+    assert_eq!(filter.stats().failed_rebuilds, 2);
+    assert!(!task.is_finished());
+    task.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Saturation.
+
+#[tokio::test]
+async fn inserting_past_capacity_warns_once_per_filter() {
+    let filter = filter_for(100);
+    for key in 0..99u64 {
+        filter.insert(&key);
+    }
+    assert_eq!(filter.stats().saturation_warnings, 0);
+    for key in 99..300u64 {
+        filter.insert(&key);
+    }
+    let stats = filter.stats();
+    assert_eq!(stats.saturation_warnings, 1, "{stats:?}");
+    let report = filter.check_saturation();
+    assert!(report.saturated, "{report:?}");
+    assert!(
+        report.estimated_items > 200.0 && report.current_fpr > 0.02,
+        "{report:?}"
+    );
+    assert_eq!(
+        filter.stats().saturation_warnings,
+        1,
+        "warned twice for one filter"
+    );
+
+    // A rebuild sized from the source's count is a new, unsaturated filter.
+    filter
+        .reload_from(&(0..300u64).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    assert!(!filter.check_saturation().saturated);
+    assert_eq!(filter.stats().capacity, Some(375));
+}
+
+#[tokio::test]
+async fn a_false_positive_rate_over_twice_the_target_is_saturation() {
+    // Sized by bits (no capacity): only the false-positive rate can tell.
+    let filter = SharedFilter::builder().false_positive_rate(0.01).build(
+        BloomFilter::builder()
+            .bits(1024)
+            .hashes(7)
+            .seed(3)
+            .build()
+            .unwrap(),
+    );
+    for key in 0..200u64 {
+        filter.insert(&key);
+    }
+    assert_eq!(
+        filter.stats().saturation_warnings,
+        0,
+        "no capacity to compare with"
+    );
+    let report = filter.check_saturation();
+    assert!(report.saturated && report.capacity.is_none(), "{report:?}");
+    assert_eq!(filter.stats().saturation_warnings, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn auto_grow_rebuilds_at_double_capacity_without_waiting_for_the_schedule() {
+    let filter = SharedFilter::builder().auto_grow(true).build(
+        BloomFilter::builder()
+            .expected_items(100)
+            .false_positive_rate(0.01)
+            .seed(9)
+            .build()
+            .unwrap(),
+    );
+    let keys = shared_vec(0..150);
+    let task = filter.rebuild_every(HOUR, source_of(&keys));
+    let start = tokio::time::Instant::now();
+    for key in 0..150u64 {
+        filter.insert(&key);
+    }
+    while filter.stats().rebuilds == 0 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert!(
+        start.elapsed() < HOUR,
+        "waited for the schedule instead of growing at once"
+    );
+    let stats = filter.stats();
+    assert!(stats.capacity.unwrap() >= 200, "{stats:?}");
+    assert!((0..150u64).all(|key| filter.contains(&key)));
+    task.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Metrics, through a recorder that keeps the counters it hands out.
+
+#[cfg(feature = "metrics")]
+mod recorder {
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+    use std::sync::{Arc, Mutex};
+
+    use metrics::{
+        Counter, CounterFn, Gauge, Histogram, Key, KeyName, Metadata, SharedString, Unit,
+    };
+
+    #[derive(Default)]
+    pub struct Counting(Mutex<HashMap<String, Arc<Value>>>);
+
+    #[derive(Default)]
+    pub struct Value(AtomicU64);
+
+    impl CounterFn for Value {
+        fn increment(&self, value: u64) {
+            self.0.fetch_add(value, SeqCst);
+        }
+        fn absolute(&self, value: u64) {
+            self.0.store(value, SeqCst);
+        }
+    }
+
+    impl Counting {
+        /// `name{label=value,…}` as registered.
+        pub fn get(&self, key: &str) -> u64 {
+            self.0
+                .lock()
+                .unwrap()
+                .get(key)
+                .map_or(0, |v| v.0.load(SeqCst))
+        }
+    }
+
+    fn render(key: &Key) -> String {
+        let labels: Vec<String> = key
+            .labels()
+            .map(|l| format!("{}={}", l.key(), l.value()))
+            .collect();
+        format!("{}{{{}}}", key.name(), labels.join(","))
+    }
+
+    impl metrics::Recorder for Counting {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+            let value = Arc::clone(self.0.lock().unwrap().entry(render(key)).or_default());
+            Counter::from_arc(value)
+        }
+        fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+            Gauge::noop()
+        }
+        fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+            Histogram::noop()
+        }
+    }
+}
+
+#[cfg(feature = "metrics")]
+#[test]
+fn saturation_and_rebuild_outcomes_are_emitted_as_metrics() {
+    let recorder = recorder::Counting::default();
+    let filter = SharedFilter::builder().name("users").build(
+        BloomFilter::builder()
+            .expected_items(10)
+            .false_positive_rate(0.01)
+            .seed(1)
+            .build()
+            .unwrap(),
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    metrics::with_local_recorder(&recorder, || {
+        (0..50u64).for_each(|key| filter.insert(&key));
+        runtime.block_on(async {
+            filter.reload_from(&vec![1u64]).await.unwrap();
+            let failing = key_source::from_stream(|| {
+                stream::iter([Err::<u64, _>(std::io::Error::other("x"))])
+            });
+            filter.reload_from(&failing).await.unwrap_err();
+        });
+    });
+    assert_eq!(
+        recorder.get("bloom_filter_saturated_total{filter=users}"),
+        1
+    );
+    assert_eq!(
+        recorder.get("bloom_filter_rebuilds_total{filter=users,outcome=ok}"),
+        1
+    );
+    assert_eq!(
+        recorder.get("bloom_filter_rebuilds_total{filter=users,outcome=error}"),
+        1
+    );
+}
+
+#[cfg(feature = "metrics")]
+#[test]
+fn guard_counters_are_emitted_as_metrics_labelled_by_guard_name() {
+    use bloom_tower::{BloomGuard, key};
+    use tower::{Service, ServiceExt};
+
+    let recorder = recorder::Counting::default();
+    let filter = filter_for(100);
+    filter.insert(&1u64);
+    let absent = (2u64..).find(|id| !filter.contains(id)).unwrap();
+    let guard = BloomGuard::new(filter, key::identity())
+        .name("ids")
+        .on_reject(|_key| 0u8);
+    let mut service = tower::Layer::layer(
+        &guard,
+        tower::service_fn(|_: u64| async { Ok::<_, std::convert::Infallible>(1u8) }),
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    metrics::with_local_recorder(&recorder, || {
+        runtime.block_on(async {
+            for id in [1, absent, absent] {
+                service.ready().await.unwrap().call(id).await.unwrap();
+            }
+        });
+    });
+    assert_eq!(recorder.get("bloom_guard_checked_total{guard=ids}"), 3);
+    assert_eq!(recorder.get("bloom_guard_passed_total{guard=ids}"), 1);
+    assert_eq!(recorder.get("bloom_guard_rejected_total{guard=ids}"), 2);
+    let stats = guard.stats();
+    assert_eq!((stats.checked, stats.passed, stats.rejected), (3, 1, 2));
+}
