@@ -1,0 +1,214 @@
+//! Argument types and value parsers shared by the commands: item counts, false-positive
+//! rates, layouts and seeds. Every parser rejects bad input with a message that says what a
+//! good value looks like; clap prints it and exits with status 2.
+
+use bloom_core::Layout;
+
+/// `--layout`: where a key's bits go.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LayoutArg {
+    /// A key's bits in one 64-byte cache line: one memory access per lookup (≈10% more bits).
+    #[default]
+    Blocked,
+    /// Bits anywhere: the fewest bits for a rate, up to k cache misses per lookup.
+    Classic,
+}
+
+impl From<LayoutArg> for Layout {
+    fn from(l: LayoutArg) -> Self {
+        match l {
+            LayoutArg::Blocked => Layout::Blocked,
+            LayoutArg::Classic => Layout::Classic,
+        }
+    }
+}
+
+/// `--items` for `build`: a count, or `auto` (count the input's lines first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ItemsArg {
+    /// Count the input lines and size the filter for that many keys.
+    Auto,
+    /// Sized for this many keys.
+    Count(u64),
+}
+
+const ITEMS_HINT: &str = "expected a whole number of keys such as 1000000, 250k, 100M or 1e8";
+
+/// Parses an item count: digits (with optional `_` separators), optionally in scientific
+/// notation (`1e8`, `2.5e6`) and/or with a decimal suffix `k`, `M`, `G`, `T` (`100M` is
+/// 100 000 000). It must be a whole number ≥ 1.
+pub fn parse_items(s: &str) -> Result<u64, String> {
+    let t = s.trim().replace('_', "");
+    if t.starts_with('-') {
+        return Err(format!("must be a positive number of keys, got {s}"));
+    }
+    let (number, scale) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() && !t.eq_ignore_ascii_case("nan") => {
+            let scale: u64 = match c {
+                'k' | 'K' => 1_000,
+                'm' | 'M' => 1_000_000,
+                'g' | 'G' => 1_000_000_000,
+                't' | 'T' => 1_000_000_000_000,
+                _ => return Err(format!("unknown suffix {c:?} in {s:?}: {ITEMS_HINT}")),
+            };
+            (&t[..i], scale)
+        }
+        _ => (t.as_str(), 1),
+    };
+    let n = if !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit()) {
+        number
+            .parse::<u64>()
+            .ok()
+            .and_then(|n| n.checked_mul(scale))
+            .ok_or_else(|| format!("{s} is too large"))?
+    } else {
+        let x: f64 = number
+            .parse()
+            .map_err(|_| format!("{s:?} is not a number: {ITEMS_HINT}"))?;
+        let x = x * scale as f64;
+        if !x.is_finite() {
+            return Err(format!("{s:?} is not a finite number: {ITEMS_HINT}"));
+        }
+        if x.fract() != 0.0 {
+            return Err(format!("{s} is not a whole number: {ITEMS_HINT}"));
+        }
+        if x >= u64::MAX as f64 {
+            return Err(format!("{s} is too large"));
+        }
+        x as u64
+    };
+    if n == 0 {
+        return Err(
+            "must be at least 1: the number of distinct keys the filter is sized for".to_owned(),
+        );
+    }
+    Ok(n)
+}
+
+/// [`parse_items`], or `auto`.
+pub fn parse_items_or_auto(s: &str) -> Result<ItemsArg, String> {
+    if s.trim().eq_ignore_ascii_case("auto") {
+        Ok(ItemsArg::Auto)
+    } else {
+        parse_items(s)
+            .map(ItemsArg::Count)
+            .map_err(|e| format!("{e} (or auto)"))
+    }
+}
+
+/// Parses a false-positive rate strictly between 0 and 1: `0.01`, `1e-4` or a percentage
+/// such as `1%`.
+pub fn parse_fpr(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    let (number, scale) = match t.strip_suffix('%') {
+        Some(n) => (n.trim_end(), 0.01),
+        None => (t, 1.0),
+    };
+    let p = number
+        .parse::<f64>()
+        .map(|x| x * scale)
+        .map_err(|_| format!("{s:?} is not a number: expected a rate such as 0.01, 1e-4 or 1%"))?;
+    if !(p > 0.0 && p < 1.0) {
+        return Err(format!(
+            "must be strictly between 0 and 1 (e.g. 0.01, 1e-4 or 1%), got {s}"
+        ));
+    }
+    Ok(p)
+}
+
+/// Parses a 128-bit seed: decimal, or hexadecimal with a `0x` prefix (`_` separators allowed).
+pub fn parse_seed(s: &str) -> Result<u128, String> {
+    let t = s.trim().replace('_', "");
+    let parsed = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        Some(hex) => u128::from_str_radix(hex, 16),
+        None => t.parse::<u128>(),
+    };
+    parsed.map_err(|e| {
+        format!("{e}: expected a decimal or 0x-prefixed hexadecimal integer below 2^128")
+    })
+}
+
+/// A rate to four significant digits (trailing zeros dropped), without exponent notation
+/// down to 1e-6.
+pub fn fmt_rate(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() {
+        return format!("{x}");
+    }
+    if x.abs() < 1e-6 {
+        return format!("{x:.3e}");
+    }
+    let decimals = (3 - x.abs().log10().floor() as i32).max(0) as usize;
+    let s = format!("{x:.decimals$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_owned()
+    } else {
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn items_accept_suffixes_and_scientific_notation() {
+        assert_eq!(parse_items("100M"), Ok(100_000_000));
+        assert_eq!(parse_items("250k"), Ok(250_000));
+        assert_eq!(parse_items("1_000_000"), Ok(1_000_000));
+        assert_eq!(parse_items("1e8"), Ok(100_000_000));
+        assert_eq!(parse_items("2.5M"), Ok(2_500_000));
+        assert_eq!(parse_items(" 7 "), Ok(7));
+    }
+
+    #[test]
+    fn items_reject_what_is_not_a_positive_whole_number() {
+        for bad in [
+            "0",
+            "-1",
+            "1.5",
+            "NaN",
+            "nan",
+            "inf",
+            "",
+            "abc",
+            "1x",
+            "1e400",
+            "99999999999999999999",
+        ] {
+            assert!(parse_items(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(parse_items("0").unwrap_err().contains("at least 1"));
+        assert!(parse_items("1.5").unwrap_err().contains("whole number"));
+        assert_eq!(parse_items_or_auto("AUTO"), Ok(ItemsArg::Auto));
+    }
+
+    #[test]
+    fn rates_must_be_strictly_between_zero_and_one() {
+        assert_eq!(parse_fpr("0.01"), Ok(0.01));
+        assert_eq!(parse_fpr("1e-4"), Ok(1e-4));
+        assert_eq!(parse_fpr("1%"), Ok(0.01));
+        for bad in ["0", "1", "-0.1", "1.5", "NaN", "inf", "100%", "x"] {
+            assert!(parse_fpr(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn seeds_are_decimal_or_hex() {
+        assert_eq!(parse_seed("42"), Ok(42));
+        assert_eq!(parse_seed("0xff_ff"), Ok(0xffff));
+        assert_eq!(parse_seed(&u128::MAX.to_string()), Ok(u128::MAX));
+        assert!(parse_seed("0x").is_err());
+        assert!(parse_seed("-1").is_err());
+        assert!(parse_seed("1".repeat(40).as_str()).is_err());
+    }
+
+    #[test]
+    fn rates_print_with_four_significant_digits() {
+        assert_eq!(fmt_rate(0.009967123), "0.009967");
+        assert_eq!(fmt_rate(0.5), "0.5");
+        assert_eq!(fmt_rate(0.0001), "0.0001");
+        assert_eq!(fmt_rate(0.01004), "0.01004");
+        assert_eq!(fmt_rate(1e-9), "1.000e-9");
+        assert_eq!(fmt_rate(0.0), "0");
+    }
+}

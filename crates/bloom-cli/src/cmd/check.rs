@@ -1,0 +1,90 @@
+//! `bloom check`: look keys up in a filter file.
+
+use std::ffi::OsString;
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+
+use anyhow::Result;
+
+use crate::cmd::{STDOUT_BUFFER, raw_stdout, stdout_failed};
+use crate::input::Source;
+
+/// Look keys up: prints `maybe<TAB>KEY` or `absent<TAB>KEY` for each.
+///
+/// `absent` is certain: the key was never inserted. `maybe` means it probably was (wrong with
+/// the filter's false-positive rate).
+#[derive(clap::Args)]
+#[command(after_help = "\
+Examples:
+  bloom check users.bloom user:1 user:2
+  cut -f1 requests.tsv | bloom check users.bloom
+
+Exit status:
+  0  every key is maybe present (also when there are no keys)
+  1  at least one key is absent
+  2  error (missing, unreadable, truncated or corrupt filter file, unreadable input)")]
+pub struct Args {
+    /// The filter file.
+    file: PathBuf,
+    /// Keys to look up; none reads them from standard input, one per line.
+    #[arg(value_name = "KEY")]
+    keys: Vec<OsString>,
+    /// Print nothing: the exit status alone answers.
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+/// Looks the keys up; `Ok(true)` if every one is maybe present.
+pub fn run(args: &Args) -> Result<bool> {
+    let filter = crate::filter_file::load(&args.file)?.filter;
+    let mut out = Answers {
+        out: BufWriter::with_capacity(STDOUT_BUFFER, raw_stdout()),
+        quiet: args.quiet,
+        all_maybe: true,
+    };
+    if args.keys.is_empty() {
+        let mut lines = Source::Stdin.open()?;
+        while let Some(batch) = lines.next_batch()? {
+            let found = filter.contains_many(batch.iter());
+            for (key, found) in batch.iter().zip(found) {
+                out.answer(key, found)?;
+            }
+            // Answer what has arrived before waiting for more: keys may come one at a time
+            // from another program that waits for each answer.
+            out.flush()?;
+        }
+    } else {
+        for key in &args.keys {
+            let key = key.as_encoded_bytes();
+            out.answer(key, filter.contains(key))?;
+        }
+        out.flush()?;
+    }
+    Ok(out.all_maybe)
+}
+
+/// The `maybe`/`absent` lines on stdout.
+struct Answers<W: Write> {
+    out: W,
+    quiet: bool,
+    all_maybe: bool,
+}
+
+impl<W: Write> Answers<W> {
+    fn answer(&mut self, key: &[u8], found: bool) -> Result<()> {
+        self.all_maybe &= found;
+        if self.quiet {
+            return Ok(());
+        }
+        let answer: &[u8] = if found { b"maybe\t" } else { b"absent\t" };
+        self.out
+            .write_all(answer)
+            .and_then(|()| self.out.write_all(key))
+            .and_then(|()| self.out.write_all(b"\n"))
+            .map_err(|e| stdout_failed(&e))
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        self.out.flush().map_err(|e| stdout_failed(&e))
+    }
+}

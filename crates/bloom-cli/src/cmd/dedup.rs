@@ -1,0 +1,212 @@
+//! `bloom dedup`: pass each line of standard input through the first time it is (probably)
+//! seen.
+//!
+//! The hot loop is one `BloomFilter::insert` per line (it reports whether the key was new)
+//! between a 1 MiB read buffer and a 1 MiB write buffer on the raw file descriptors; see the
+//! crate README for measured throughput and what limits it.
+
+use std::io::{self, BufWriter, Write};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, anyhow, bail};
+use bloom_core::{BloomFilter, Layout, params};
+use indicatif::HumanBytes;
+
+use crate::args::{LayoutArg, fmt_rate, parse_fpr, parse_items, parse_seed};
+use crate::cmd::{STDOUT_BUFFER, raw_stdout, stdout_failed};
+use crate::input::{Lines, stdin_reader};
+use crate::output::AtomicFile;
+
+/// Lines looked up ahead of their inserts. Their cache lines must still be cached when the
+/// inserts come: 512 lines are 32 KiB of filter and 512 pages for the TLB.
+const LOOKAHEAD: usize = 512;
+
+/// De-duplicate lines: copy each line of standard input to standard output the first time it
+/// is (probably) seen.
+///
+/// A repeated line is always dropped. A line never seen before is dropped with at most the
+/// filter's false-positive rate (P when N distinct lines have gone through, less before).
+/// Lines are compared as raw bytes without their line ending; output lines end in LF.
+#[derive(clap::Args)]
+#[command(after_help = "\
+Examples:
+  zcat urls.gz | bloom dedup --items 100M --fpr 1e-4 > unique.txt
+  crawl-frontier | bloom dedup --items 1G --fpr 1e-3 --state seen.bloom --stats | fetch
+
+--state FILE: if FILE exists, it is loaded and must have been created with the same --items,
+--fpr and --layout (and --seed, if one is given): a mismatch is an error, nothing is read.
+If it does not exist, a new filter is used. Either way the filter is saved to FILE,
+atomically, when standard input ends. On any error (including a closed output pipe) FILE
+is left as it was, so a rerun repeats the interrupted part rather than losing it.")]
+pub struct Args {
+    /// Number of distinct lines to size for (1000000, 250k, 100M, 1e8); past it, more and
+    /// more new lines are wrongly dropped.
+    #[arg(short = 'n', long, value_name = "N", value_parser = parse_items,
+          allow_negative_numbers = true)]
+    items: u64,
+    /// Probability that a new line is wrongly dropped, at N lines: 0.01, 1e-4 or 1%.
+    #[arg(short = 'p', long, value_name = "P", value_parser = parse_fpr,
+          allow_negative_numbers = true)]
+    fpr: f64,
+    /// Layout of the bits.
+    #[arg(long, value_enum, default_value_t)]
+    layout: LayoutArg,
+    /// Load the filter from FILE if it exists, save it there at the end.
+    #[arg(long, value_name = "FILE")]
+    state: Option<PathBuf>,
+    /// The secret 128-bit hash key, decimal or 0x-hex [default: random, or the state's].
+    #[arg(long, value_name = "SEED", value_parser = parse_seed)]
+    seed: Option<u128>,
+    /// Print lines in and out, dropped, elapsed time and throughput to stderr at the end.
+    #[arg(long)]
+    stats: bool,
+    /// No warning when the filter is past its capacity.
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+/// Runs the filter over standard input.
+pub fn run(args: &Args) -> Result<()> {
+    let setup = Instant::now();
+    let layout = Layout::from(args.layout);
+    // Fail on an unwritable state path before reading any input.
+    let state_out = args.state.as_deref().map(AtomicFile::create).transpose()?;
+    let filter = match &args.state {
+        Some(path) if path.exists() => {
+            let filter = crate::filter_file::load(path)?.filter;
+            check_state(&filter, args, layout, &path.display().to_string())?;
+            filter
+        }
+        _ => {
+            let mut builder = BloomFilter::builder()
+                .expected_items(args.items)
+                .false_positive_rate(args.fpr)
+                .layout(layout);
+            if let Some(seed) = args.seed {
+                builder = builder.seed(seed);
+            }
+            builder
+                .build()
+                .map_err(|e| anyhow!("cannot size the filter: {e}"))?
+        }
+    };
+    let setup = setup.elapsed();
+
+    let start = Instant::now();
+    let mut lines = Lines::new(stdin_reader(), "stdin".to_owned());
+    let mut out = BufWriter::with_capacity(STDOUT_BUFFER, raw_stdout());
+    let mut kept = 0u64;
+    while let Some(batch) = lines.next_batch()? {
+        for group in batch.chunks(LOOKAHEAD) {
+            // `contains_many` hashes the group and prefetches every key's cache line before
+            // testing, so the group's DRAM misses overlap; the inserts that follow then hit
+            // the cache. A key found there was seen before (bits only ever get set); the
+            // others are inserted in input order, and `insert` says whether each is really
+            // new (a line may repeat within the group). The result is exactly that of one
+            // `insert` per line.
+            let seen = filter.contains_many(group.iter());
+            for (line, seen) in group.iter().zip(seen) {
+                if !seen && filter.insert(line) {
+                    out.write_all(line)
+                        .and_then(|()| out.write_all(b"\n"))
+                        .map_err(|e| stdout_failed(&e))?;
+                    kept += 1;
+                }
+            }
+        }
+        // Pass each chunk's output on at once, so a consumer downstream is never kept
+        // waiting while the input trickles in (a chunk is up to 256 KiB of input: one
+        // write per thousands of lines).
+        out.flush().map_err(|e| stdout_failed(&e))?;
+    }
+    drop(out);
+    let streamed = start.elapsed();
+
+    let saved = Instant::now();
+    if let Some(file) = state_out {
+        crate::filter_file::save(file, &filter)?;
+    }
+    let saved = saved.elapsed();
+
+    if args.stats || !args.quiet {
+        let estimated = filter.estimated_items();
+        if args.stats {
+            report(&filter, estimated, &lines, kept, [setup, streamed, saved]);
+        }
+        if !args.quiet {
+            crate::cmd::warn_if_saturated(&filter, estimated, "the dedup filter");
+        }
+    }
+    Ok(())
+}
+
+/// A state file must be the filter these arguments would create: same layout, size and k
+/// (and hash key when --seed is given). Anything else would silently change the drop rate.
+fn check_state(filter: &BloomFilter, args: &Args, layout: Layout, name: &str) -> Result<()> {
+    let sized_for = match (filter.capacity(), filter.target_fpr()) {
+        (Some(n), Some(p)) => format!(" (it was created with --items {n} --fpr {p})"),
+        _ => String::new(),
+    };
+    if filter.layout() != layout {
+        bail!(
+            "{name}: the state's layout is {}, not {layout}{sized_for}",
+            filter.layout()
+        );
+    }
+    let want = params::for_layout(layout, args.items, args.fpr)
+        .map_err(|e| anyhow!("cannot size the filter: {e}"))?;
+    if filter.num_bits() != want.bits || filter.num_hashes() != want.hashes {
+        bail!(
+            "{name}: the state has m = {} bits, k = {}, but --items {} --fpr {} give m = {}, \
+             k = {}{sized_for}",
+            filter.num_bits(),
+            filter.num_hashes(),
+            args.items,
+            args.fpr,
+            want.bits,
+            want.hashes,
+        );
+    }
+    if args.seed.is_some_and(|s| s != filter.seed()) {
+        bail!("{name}: the state's hash key differs from --seed");
+    }
+    Ok(())
+}
+
+/// The `--stats` lines; `times` are filter setup, streaming and state save.
+fn report<R>(
+    filter: &BloomFilter,
+    items: f64,
+    lines: &Lines<R>,
+    kept: u64,
+    [setup, streamed, saved]: [Duration; 3],
+) {
+    let (n, bytes) = (lines.lines(), lines.bytes());
+    let dropped = n - kept;
+    let secs = streamed.as_secs_f64().max(1e-9);
+    let fpr = params::expected_fpr(
+        filter.layout(),
+        filter.num_bits(),
+        filter.num_hashes(),
+        items,
+    );
+    let capacity = filter
+        .capacity()
+        .map_or_else(String::new, |c| format!(" of the {c} it was sized for"));
+    let _ = write!(
+        io::stderr().lock(),
+        "bloom dedup: {n} lines in, {kept} out, {dropped} dropped ({pct:.2}%)\n\
+         bloom dedup: {human} in {secs:.3} s: {mlps:.2} M lines/s, {mbps:.1} MB/s \
+         (+ {setup:.3} s filter setup, {saved:.3} s state save)\n\
+         bloom dedup: the filter holds about {items:.0} distinct lines{capacity}; \
+         a new line is now dropped with probability {fpr}\n",
+        pct = 100.0 * dropped as f64 / n.max(1) as f64,
+        human = HumanBytes(bytes),
+        mlps = n as f64 / secs / 1e6,
+        mbps = bytes as f64 / secs / 1e6,
+        setup = setup.as_secs_f64(),
+        saved = saved.as_secs_f64(),
+        fpr = fmt_rate(fpr),
+    );
+}

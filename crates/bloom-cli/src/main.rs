@@ -1,0 +1,69 @@
+//! `bloom`: size, build, check, inspect and merge Bloom filter files, and de-duplicate huge
+//! line streams. See the crate's README.md for examples of every command.
+#![forbid(unsafe_code)]
+
+mod args;
+mod cmd;
+mod filter_file;
+mod input;
+mod output;
+mod progress;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+const EXIT_CODES: &str = "\
+Exit status:
+  0  success (`check`: every key is maybe present)
+  1  `check` only: at least one key is definitely absent
+  2  error: bad arguments, a missing, unreadable, truncated or corrupt file, incompatible
+     filters, a failed write. The message is one line on stderr; no output file is left
+     behind.";
+
+/// Build, inspect and query Bloom filter files, and de-duplicate line streams.
+///
+/// Keys are the raw bytes of each input line, without its line ending (LF or CR LF).
+/// Filter files hold the secret hash key: they are created readable by their owner only.
+#[derive(Parser)]
+#[command(name = "bloom", version, after_help = EXIT_CODES)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    Calc(cmd::calc::Args),
+    Build(cmd::build::Args),
+    Check(cmd::check::Args),
+    Stats(cmd::stats::Args),
+    Merge(cmd::merge::Args),
+    Dedup(cmd::dedup::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Calc(a) => cmd::calc::run(&a).map(|()| ExitCode::SUCCESS),
+        Command::Build(a) => cmd::build::run(&a).map(|()| ExitCode::SUCCESS),
+        Command::Check(a) => cmd::check::run(&a).map(|all_maybe| {
+            if all_maybe {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }),
+        Command::Stats(a) => cmd::stats::run(&a).map(|()| ExitCode::SUCCESS),
+        Command::Merge(a) => cmd::merge::run(&a).map(|()| ExitCode::SUCCESS),
+        Command::Dedup(a) => cmd::dedup::run(&a).map(|()| ExitCode::SUCCESS),
+    };
+    result.unwrap_or_else(|err| {
+        // One line, whatever the error's sources contain. Nothing useful is left to do if
+        // stderr itself is gone, hence no panic (as eprintln! would) on a failed write.
+        let msg = format!("{err:#}").replace(['\n', '\r'], " ");
+        let _ = writeln!(std::io::stderr().lock(), "bloom: {msg}");
+        ExitCode::from(2)
+    })
+}

@@ -1,0 +1,109 @@
+//! Writing a file atomically: into a temporary file in the target's directory, flushed and
+//! fsynced, then renamed over the target. Readers see the old file or the complete new one,
+//! never a partial one, and on any error the temporary file is removed.
+//!
+//! [`AtomicFile::create`] checks at the start of a command that the destination can be
+//! written (by creating and removing a temporary file there), so an unwritable destination
+//! fails before any input is read, not after. The real temporary file exists only while
+//! [`AtomicFile::commit`] writes it, so interrupting a long `build` or `dedup` (Ctrl-C)
+//! leaves nothing behind.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Result, anyhow};
+use tempfile::NamedTempFile;
+
+use crate::input::io_msg;
+
+/// Write buffer for the file.
+const WRITE_BUFFER: usize = 1 << 20;
+
+/// A file to be written; it replaces `path` only on [`commit`](Self::commit).
+pub struct AtomicFile {
+    path: PathBuf,
+    dir: PathBuf,
+    prefix: OsString,
+}
+
+impl AtomicFile {
+    /// Prepares to write `path`, checking that its directory exists and is writable.
+    pub fn create(path: &Path) -> Result<Self> {
+        let name = path.display();
+        if path.is_dir() {
+            return Err(anyhow!("{name}: is a directory"));
+        }
+        let file_name = path
+            .file_name()
+            .ok_or_else(|| anyhow!("{name}: not a file name"))?;
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        if !dir.is_dir() {
+            return Err(anyhow!(
+                "{name}: cannot create it: directory {} does not exist",
+                dir.display()
+            ));
+        }
+        let mut prefix = OsString::from(".");
+        prefix.push(file_name);
+        prefix.push(".");
+        let file = Self {
+            path: path.to_owned(),
+            dir: dir.to_owned(),
+            prefix,
+        };
+        // Dropped (and so removed) at once: this only proves the directory is writable.
+        file.temp()?;
+        Ok(file)
+    }
+
+    /// A new `.NAME.XXXXXX.tmp` next to the target. Like every filter file it is readable
+    /// by its owner only (mode 0600 on Unix): it will hold the secret hash key.
+    fn temp(&self) -> Result<NamedTempFile> {
+        tempfile::Builder::new()
+            .prefix(&self.prefix)
+            .suffix(".tmp")
+            .tempfile_in(&self.dir)
+            .map_err(|e| {
+                anyhow!(
+                    "{}: cannot create a file in {}: {}",
+                    self.path.display(),
+                    self.dir.display(),
+                    io_msg(&e)
+                )
+            })
+    }
+
+    /// Writes the content with `write` into a temporary file, flushes and fsyncs it, and
+    /// renames it over the target. On error the temporary file is removed.
+    pub fn commit(self, write: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> Result<()> {
+        let temp = self.temp()?;
+        let name = self.path.display().to_string();
+        let failed = |e: io::Error| anyhow!("{name}: write failed: {}", io_msg(&e));
+        {
+            let mut w = BufWriter::with_capacity(WRITE_BUFFER, temp.as_file());
+            write(&mut w).map_err(failed)?;
+            w.flush().map_err(failed)?;
+        }
+        temp.as_file().sync_all().map_err(failed)?;
+        temp.persist(&self.path)
+            .map_err(|e| anyhow!("{name}: cannot replace: {}", io_msg(&e.error)))?;
+        sync_dir(&self.dir);
+        Ok(())
+    }
+}
+
+/// Makes the rename itself durable. Best effort: the file is complete and in place either
+/// way, and some file systems refuse to fsync a directory.
+fn sync_dir(dir: &Path) {
+    #[cfg(unix)]
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+    #[cfg(not(unix))]
+    let _ = (dir, File::open);
+}

@@ -1,0 +1,1005 @@
+//! End-to-end tests of the `bloom` binary: every command, its output, its exit codes and its
+//! error paths (no panic, one-line message naming the file, no partial output left behind).
+
+use std::collections::HashSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use assert_cmd::Command;
+use bloom_core::{Layout, params};
+use predicates::prelude::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tempfile::TempDir;
+
+fn bloom() -> Command {
+    Command::cargo_bin("bloom").expect("the bloom binary is built for integration tests")
+}
+
+/// Runs `bloom` with `args` in `dir`, feeding `stdin`.
+fn run(dir: &Path, args: &[&str], stdin: impl Into<Vec<u8>>) -> Output {
+    bloom()
+        .current_dir(dir)
+        .args(args)
+        .write_stdin(stdin)
+        .output()
+        .expect("bloom runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).expect("utf-8 stdout")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Asserts a clean failure: exit status 2, a one-line `bloom: ...` message containing every
+/// one of `needles`, and no panic.
+fn assert_error(o: &Output, needles: &[&str]) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(2), "stderr: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(err.starts_with("bloom: "), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "not one line: {err}");
+    for n in needles {
+        assert!(err.contains(n), "{err:?} lacks {n:?}");
+    }
+}
+
+/// Asserts a command-line (clap) rejection: exit status 2, the hint, no panic.
+fn assert_usage_error(o: &Output, needle: &str) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(2), "stderr: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(err.contains("invalid value"), "{err}");
+    assert!(err.contains(needle), "{err:?} lacks {needle:?}");
+}
+
+/// The names in a directory, sorted (hidden temporary files included).
+fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Builds `name` in `dir` from `keys` (one per line) with a fixed seed.
+fn build(dir: &Path, name: &str, keys: &[&str], items: &str, fpr: &str, seed: &str) -> PathBuf {
+    let input = keys.iter().map(|k| format!("{k}\n")).collect::<String>();
+    let o = run(
+        dir,
+        &[
+            "build", "--items", items, "--fpr", fpr, "--seed", seed, "-o", name,
+        ],
+        input,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    dir.join(name)
+}
+
+fn stats_json(dir: &Path, file: &str) -> serde_json::Value {
+    let o = run(dir, &["stats", "--json", file], "");
+    assert!(o.status.success(), "{}", stderr(&o));
+    serde_json::from_slice(&o.stdout).expect("stats --json prints JSON")
+}
+
+// ---------------------------------------------------------------------------------------
+// calc
+
+/// The value after `label:` in `calc` / `stats` text output.
+fn field<'a>(text: &'a str, label: &str) -> &'a str {
+    text.lines()
+        .find_map(|l| l.strip_prefix(label)?.strip_prefix(':'))
+        .unwrap_or_else(|| panic!("no {label:?} in {text}"))
+        .trim()
+}
+
+#[test]
+fn calc_prints_the_sizing_of_bloom_core_for_each_layout() {
+    let dir = TempDir::new().unwrap();
+    for (layout, name) in [(Layout::Blocked, "blocked"), (Layout::Classic, "classic")] {
+        let o = run(
+            dir.path(),
+            &["calc", "--items", "100M", "--fpr", "1e-4", "--layout", name],
+            "",
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        let text = stdout(&o);
+        let want = params::for_layout(layout, 100_000_000, 1e-4).unwrap();
+        assert_eq!(field(&text, "layout"), name);
+        assert_eq!(field(&text, "items (n)"), "100000000");
+        assert_eq!(field(&text, "bits (m)"), want.bits.to_string());
+        assert_eq!(field(&text, "hashes (k)"), want.hashes.to_string());
+        let bytes = want.bits.div_ceil(64) * 8;
+        assert!(
+            field(&text, "bytes").starts_with(&format!("{bytes} (")),
+            "{text}"
+        );
+        assert!(field(&text, "bytes").ends_with("MiB)"), "{text}");
+        let expected: f64 = field(&text, "expected fpr")
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let exact = params::expected_fpr(layout, want.bits, want.hashes, 1e8);
+        assert!(
+            (expected - exact).abs() <= exact * 1e-3,
+            "{expected} vs {exact}"
+        );
+    }
+}
+
+#[test]
+fn invalid_item_counts_and_rates_are_refused_with_a_hint() {
+    let dir = TempDir::new().unwrap();
+    let bad_items = [
+        ("0", "at least 1"),
+        ("-1", "positive"),
+        ("1.5", "whole number"),
+        ("NaN", "not a finite number"),
+        ("lots", "expected a whole number"),
+    ];
+    let bad_rates = [
+        ("0", "strictly between 0 and 1"),
+        ("1", "strictly between 0 and 1"),
+        ("-1", "strictly between 0 and 1"),
+        ("1.5", "strictly between 0 and 1"),
+        ("NaN", "strictly between 0 and 1"),
+        ("often", "not a number"),
+    ];
+    for cmd in ["calc", "build", "dedup"] {
+        for (items, hint) in bad_items {
+            let o = run(
+                dir.path(),
+                &[cmd, "--items", items, "--fpr", "0.01", "-o", "out.bloom"]
+                    [..if cmd == "build" { 7 } else { 5 }],
+                "a\n",
+            );
+            assert_usage_error(&o, hint);
+        }
+        for (fpr, hint) in bad_rates {
+            let o = run(
+                dir.path(),
+                &[cmd, "--items", "10", "--fpr", fpr, "-o", "out.bloom"]
+                    [..if cmd == "build" { 7 } else { 5 }],
+                "a\n",
+            );
+            assert_usage_error(&o, hint);
+        }
+    }
+    assert!(listing(dir.path()).is_empty(), "{:?}", listing(dir.path()));
+}
+
+#[test]
+fn a_size_beyond_the_maximum_is_a_clean_error() {
+    let dir = TempDir::new().unwrap();
+    let o = run(dir.path(), &["calc", "--items", "1T", "--fpr", "1e-9"], "");
+    assert_error(&o, &["more than the maximum"]);
+}
+
+// ---------------------------------------------------------------------------------------
+// build and check
+
+#[test]
+fn build_reads_lf_crlf_and_a_last_line_without_newline() {
+    let dir = TempDir::new().unwrap();
+    fs::write(
+        dir.path().join("keys.txt"),
+        "user:1\r\nuser:2\nuser:3\r\nuser:4",
+    )
+    .unwrap();
+    let o = run(
+        dir.path(),
+        &[
+            "build", "--items", "100", "--fpr", "1e-9", "--seed", "7", "-o", "k.bloom", "keys.txt",
+        ],
+        "",
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(o.stdout.is_empty());
+    // The keys are the lines without CR: with p = 1e-9, "user:1\r" etc. were not inserted.
+    let o = run(
+        dir.path(),
+        &["check", "k.bloom", "user:1", "user:2", "user:3", "user:4"],
+        "",
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "maybe\tuser:1\nmaybe\tuser:2\nmaybe\tuser:3\nmaybe\tuser:4\n"
+    );
+    let o = run(dir.path(), &["check", "k.bloom", "user:1\r", "user:5"], "");
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(stdout(&o), "absent\tuser:1\r\nabsent\tuser:5\n");
+}
+
+#[test]
+fn check_exit_codes_are_0_all_maybe_1_any_absent_2_error() {
+    let dir = TempDir::new().unwrap();
+    build(dir.path(), "k.bloom", &["a", "b", "c"], "100", "1e-9", "1");
+
+    let o = run(dir.path(), &["check", "k.bloom", "a", "b"], "");
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(stdout(&o), "maybe\ta\nmaybe\tb\n");
+
+    let o = run(dir.path(), &["check", "k.bloom", "a", "zzz"], "");
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(stdout(&o), "maybe\ta\nabsent\tzzz\n");
+
+    // Keys on stdin, CRLF included.
+    let o = run(dir.path(), &["check", "k.bloom"], "c\r\nnope\nb");
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(stdout(&o), "maybe\tc\nabsent\tnope\nmaybe\tb\n");
+    let o = run(dir.path(), &["check", "k.bloom"], "a\nb\n");
+    assert_eq!(o.status.code(), Some(0));
+
+    // --quiet: the status alone answers.
+    let o = run(dir.path(), &["check", "-q", "k.bloom", "zzz"], "");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(o.stdout.is_empty());
+
+    let o = run(dir.path(), &["check", "missing.bloom", "a"], "");
+    assert_error(&o, &["missing.bloom", "No such file"]);
+    assert!(o.stdout.is_empty());
+}
+
+#[test]
+fn help_documents_the_exit_codes() {
+    for args in [&["--help"][..], &["check", "--help"]] {
+        bloom()
+            .args(args)
+            .assert()
+            .success()
+            .stdout(predicate::str::contains("Exit status"))
+            .stdout(predicate::str::contains("1  "))
+            .stdout(predicate::str::contains("2  error"));
+    }
+}
+
+#[test]
+fn items_auto_counts_lines_from_files_and_stdin() {
+    let dir = TempDir::new().unwrap();
+    let keys: String = (0..1000).map(|i| format!("key-{i}\r\n")).collect();
+    fs::write(dir.path().join("keys.txt"), &keys).unwrap();
+    let args = |items: &'static str, out: &'static str, input: &'static str| {
+        [
+            "build", "--items", items, "--fpr", "0.001", "--seed", "0x5eed", "-o", out, input,
+        ]
+    };
+    for (items, out, input) in [
+        ("auto", "auto-file.bloom", "keys.txt"),
+        ("auto", "auto-stdin.bloom", "-"),
+        ("1000", "explicit.bloom", "keys.txt"),
+    ] {
+        let o = run(dir.path(), &args(items, out, input), keys.clone());
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let explicit = fs::read(dir.path().join("explicit.bloom")).unwrap();
+    // Same count, same seed: byte-identical files.
+    assert_eq!(
+        fs::read(dir.path().join("auto-file.bloom")).unwrap(),
+        explicit
+    );
+    assert_eq!(
+        fs::read(dir.path().join("auto-stdin.bloom")).unwrap(),
+        explicit
+    );
+    assert_eq!(stats_json(dir.path(), "auto-stdin.bloom")["capacity"], 1000);
+
+    // A last line without a newline counts; an empty input still makes a valid filter.
+    let o = run(
+        dir.path(),
+        &[
+            "build",
+            "--items",
+            "auto",
+            "--fpr",
+            "0.01",
+            "-o",
+            "two.bloom",
+        ],
+        "x\ny",
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stats_json(dir.path(), "two.bloom")["capacity"], 2);
+    let o = run(
+        dir.path(),
+        &[
+            "build",
+            "--items",
+            "auto",
+            "--fpr",
+            "0.01",
+            "-o",
+            "empty.bloom",
+        ],
+        "",
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(dir.path(), &["check", "empty.bloom", "x"], "");
+    assert_eq!(o.status.code(), Some(1));
+}
+
+#[test]
+fn build_reads_several_inputs_and_stdin_once() {
+    let dir = TempDir::new().unwrap();
+    fs::write(dir.path().join("a.txt"), "a1\na2\n").unwrap();
+    fs::write(dir.path().join("b.txt"), "b1\n").unwrap();
+    let o = run(
+        dir.path(),
+        &[
+            "build", "-n", "10", "-p", "1e-9", "-o", "ab.bloom", "a.txt", "-", "b.txt",
+        ],
+        "s1\n",
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(
+        dir.path(),
+        &["check", "ab.bloom", "a1", "a2", "b1", "s1"],
+        "",
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+
+    let o = run(
+        dir.path(),
+        &["build", "-n", "10", "-p", "0.1", "-o", "x.bloom", "-", "-"],
+        "",
+    );
+    assert_error(&o, &["standard input"]);
+    assert!(!dir.path().join("x.bloom").exists());
+}
+
+#[test]
+fn a_random_seed_differs_per_build_and_a_given_one_reproduces() {
+    let dir = TempDir::new().unwrap();
+    for out in ["r1.bloom", "r2.bloom"] {
+        let o = run(
+            dir.path(),
+            &["build", "-n", "10", "-p", "0.01", "-o", out],
+            "k\n",
+        );
+        assert!(o.status.success());
+    }
+    let read = |n: &str| fs::read(dir.path().join(n)).unwrap();
+    assert_ne!(read("r1.bloom"), read("r2.bloom"));
+    build(dir.path(), "s1.bloom", &["k"], "10", "0.01", "12345");
+    build(dir.path(), "s2.bloom", &["k"], "10", "0.01", "0x3039");
+    assert_eq!(read("s1.bloom"), read("s2.bloom"));
+    let o = run(
+        dir.path(),
+        &[
+            "build", "-n", "10", "-p", "0.01", "--seed", "0xZZ", "-o", "x.bloom",
+        ],
+        "",
+    );
+    assert_usage_error(&o, "hexadecimal");
+}
+
+#[test]
+fn a_failed_build_leaves_nothing_behind_and_keeps_the_old_file() {
+    let dir = TempDir::new().unwrap();
+    build(dir.path(), "old.bloom", &["a"], "10", "0.01", "1");
+    let old = fs::read(dir.path().join("old.bloom")).unwrap();
+    fs::create_dir(dir.path().join("subdir")).unwrap();
+    let before = listing(dir.path());
+
+    // Missing input.
+    let o = run(
+        dir.path(),
+        &[
+            "build",
+            "-n",
+            "10",
+            "-p",
+            "0.01",
+            "-o",
+            "old.bloom",
+            "nope.txt",
+        ],
+        "",
+    );
+    assert_error(&o, &["nope.txt", "cannot open", "No such file"]);
+    // Unreadable input (a directory), after a good one.
+    fs::write(dir.path().join("good.txt"), "x\n").unwrap();
+    let o = run(
+        dir.path(),
+        &[
+            "build",
+            "-n",
+            "10",
+            "-p",
+            "0.01",
+            "-o",
+            "new.bloom",
+            "good.txt",
+            "subdir",
+        ],
+        "",
+    );
+    assert_error(&o, &["subdir", "read failed"]);
+    let o = run(
+        dir.path(),
+        &[
+            "build",
+            "-n",
+            "auto",
+            "-p",
+            "0.01",
+            "-o",
+            "new.bloom",
+            "good.txt",
+            "subdir",
+        ],
+        "",
+    );
+    assert_error(&o, &["subdir", "read failed"]);
+    fs::remove_file(dir.path().join("good.txt")).unwrap();
+    // Output into a missing directory, or onto a directory.
+    let o = run(
+        dir.path(),
+        &["build", "-n", "10", "-p", "0.01", "-o", "nodir/x.bloom"],
+        "a\n",
+    );
+    assert_error(&o, &["nodir/x.bloom", "does not exist"]);
+    let o = run(
+        dir.path(),
+        &["build", "-n", "10", "-p", "0.01", "-o", "subdir"],
+        "a\n",
+    );
+    assert_error(&o, &["subdir", "is a directory"]);
+
+    assert_eq!(listing(dir.path()), before);
+    assert!(listing(&dir.path().join("subdir")).is_empty());
+    assert_eq!(fs::read(dir.path().join("old.bloom")).unwrap(), old);
+}
+
+#[test]
+fn unreadable_stdin_is_an_error_for_check_and_dedup() {
+    let dir = TempDir::new().unwrap();
+    build(dir.path(), "k.bloom", &["a"], "10", "0.01", "1");
+    for args in [
+        &["check", "k.bloom"][..],
+        &["dedup", "-n", "10", "-p", "0.01", "--state", "s.bloom"],
+    ] {
+        let o = std::process::Command::new(assert_cmd::cargo::cargo_bin("bloom"))
+            .current_dir(dir.path())
+            .args(args)
+            .stdin(fs::File::open(dir.path()).unwrap()) // a directory: reads fail
+            .output()
+            .unwrap();
+        assert_error(&o, &["stdin", "read failed"]);
+    }
+    // The failed dedup saved no state.
+    assert_eq!(listing(dir.path()), ["k.bloom"]);
+}
+
+// ---------------------------------------------------------------------------------------
+// damaged files
+
+#[test]
+fn missing_corrupt_truncated_and_foreign_files_are_named_errors() {
+    let dir = TempDir::new().unwrap();
+    let good = build(dir.path(), "good.bloom", &["a", "b"], "1000", "0.01", "1");
+    let bytes = fs::read(&good).unwrap();
+    let len = bytes.len();
+
+    let mut flipped = bytes.clone();
+    flipped[64 + 10] ^= 0x10; // a bit in the words
+    fs::write(dir.path().join("flipped.bloom"), &flipped).unwrap();
+    fs::write(dir.path().join("truncated.bloom"), &bytes[..100]).unwrap();
+    fs::write(dir.path().join("empty.bloom"), b"").unwrap();
+    fs::write(dir.path().join("text.bloom"), b"hello world\n").unwrap();
+    let mut trailing = bytes.clone();
+    trailing.push(0);
+    fs::write(dir.path().join("trailing.bloom"), &trailing).unwrap();
+
+    let cases: [(&str, &[&str]); 7] = [
+        ("missing.bloom", &["missing.bloom", "No such file"]),
+        ("flipped.bloom", &["flipped.bloom", "checksum mismatch"]),
+        (
+            "truncated.bloom",
+            &[
+                "truncated.bloom",
+                &format!("file is truncated: 100 bytes, the header promises {len}"),
+            ],
+        ),
+        ("empty.bloom", &["empty.bloom", "truncated"]),
+        ("text.bloom", &["text.bloom", "not a bloom filter file"]),
+        ("trailing.bloom", &["trailing.bloom", "unexpected bytes"]),
+        (".", &["is a directory"]),
+    ];
+    for (file, needles) in cases {
+        for args in [
+            vec!["stats", file],
+            vec!["stats", "--json", file],
+            vec!["check", file, "a"],
+            vec!["merge", "good.bloom", file, "-o", "merged.bloom"],
+            vec!["dedup", "-n", "1000", "-p", "0.01", "--state", file],
+        ] {
+            if args[0] == "dedup" && (file == "missing.bloom" || file == ".") {
+                continue; // a missing state is a fresh start; "." is not a file name
+            }
+            let before = listing(dir.path());
+            let o = run(dir.path(), &args, "a\n");
+            assert_error(&o, needles);
+            assert!(o.stdout.is_empty(), "{args:?}");
+            assert_eq!(listing(dir.path()), before, "{args:?} left a file");
+        }
+    }
+    // The damaged state files were not overwritten by the failed dedup runs.
+    assert_eq!(fs::read(dir.path().join("flipped.bloom")).unwrap(), flipped);
+}
+
+// ---------------------------------------------------------------------------------------
+// stats
+
+#[test]
+fn stats_json_has_the_fields_and_never_the_seed() {
+    let dir = TempDir::new().unwrap();
+    let keys: String = (0..5000).map(|i| format!("item-{i}\n")).collect();
+    let seed = "0x0123456789abcdef0123456789abcdef";
+    let o = run(
+        dir.path(),
+        &[
+            "build", "-n", "10000", "-p", "0.01", "--seed", seed, "--layout", "classic", "-o",
+            "f.bloom",
+        ],
+        keys,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = stats_json(dir.path(), "f.bloom");
+    let want = params::for_layout(Layout::Classic, 10_000, 0.01).unwrap();
+    assert_eq!(v["file"], "f.bloom");
+    assert_eq!(v["format_version"], 1);
+    assert_eq!(v["layout"], "classic");
+    assert_eq!(v["bits"], want.bits);
+    assert_eq!(v["hashes"], want.hashes);
+    assert_eq!(v["size_bytes"], want.bits.div_ceil(64) * 8);
+    assert_eq!(v["file_bytes"], want.bits.div_ceil(64) * 8 + 68);
+    assert_eq!(v["capacity"], 10_000);
+    assert_eq!(v["target_fpr"], 0.01);
+    assert_eq!(v["saturated"], false);
+    let fill = v["fill_ratio"].as_f64().unwrap();
+    assert!(fill > 0.2 && fill < 0.5, "{fill}");
+    let est = v["estimated_items"].as_f64().unwrap();
+    assert!((est - 5000.0).abs() < 250.0, "{est}");
+    let fpr = v["current_fpr"].as_f64().unwrap();
+    assert!(fpr > 0.0 && fpr < 0.01, "{fpr}");
+    assert!(v["expected_fpr_at_capacity"].as_f64().unwrap() <= 0.0105);
+    assert_eq!(
+        v["set_bits"].as_f64().unwrap(),
+        (fill * want.bits as f64).round()
+    );
+
+    let text = stdout(&run(dir.path(), &["stats", "f.bloom"], ""));
+    assert_eq!(field(&text, "format version"), "1");
+    assert_eq!(field(&text, "layout"), "classic");
+    assert_eq!(field(&text, "bits (m)"), want.bits.to_string());
+    assert_eq!(field(&text, "capacity"), "10000");
+    assert_eq!(field(&text, "target fpr"), "0.01");
+    for out in [text, v.to_string()] {
+        let lower = out.to_lowercase();
+        assert!(
+            !lower.contains("seed") && !lower.contains("0123456789abcdef"),
+            "{out}"
+        );
+        assert!(!lower.contains(&0x0123456789abcdef0123456789abcdef_u128.to_string()));
+    }
+}
+
+#[test]
+fn stats_flags_a_saturated_filter() {
+    let dir = TempDir::new().unwrap();
+    let keys: String = (0..2000).map(|i| format!("k{i}\n")).collect();
+    let o = run(
+        dir.path(),
+        &["build", "-n", "100", "-p", "0.01", "-o", "full.bloom"],
+        keys,
+    );
+    assert!(o.status.success());
+    // build warns (one line) that the filter is past its capacity.
+    assert!(stderr(&o).contains("warning"), "{}", stderr(&o));
+    let v = stats_json(dir.path(), "full.bloom");
+    assert_eq!(v["saturated"], true);
+    let text = stdout(&run(dir.path(), &["stats", "full.bloom"], ""));
+    assert!(text.contains("warning"), "{text}");
+}
+
+// ---------------------------------------------------------------------------------------
+// merge
+
+#[test]
+fn merge_is_the_union() {
+    let dir = TempDir::new().unwrap();
+    let a: Vec<String> = (0..300).map(|i| format!("a{i}")).collect();
+    let b: Vec<String> = (0..300).map(|i| format!("b{i}")).collect();
+    fn refs(v: &[String]) -> Vec<&str> {
+        v.iter().map(String::as_str).collect()
+    }
+    build(dir.path(), "a.bloom", &refs(&a), "1000", "1e-6", "99");
+    build(dir.path(), "b.bloom", &refs(&b), "1000", "1e-6", "99");
+    let o = run(
+        dir.path(),
+        &["merge", "a.bloom", "b.bloom", "-o", "ab.bloom"],
+        "",
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let all: Vec<&str> = refs(&a).into_iter().chain(refs(&b)).collect();
+    let mut args = vec!["check", "ab.bloom"];
+    args.extend(&all);
+    assert_eq!(run(dir.path(), &args, "").status.code(), Some(0));
+    // Each input alone lacks the other's keys.
+    args[1] = "a.bloom";
+    assert_eq!(run(dir.path(), &args, "").status.code(), Some(1));
+    let est = stats_json(dir.path(), "ab.bloom")["estimated_items"]
+        .as_f64()
+        .unwrap();
+    assert!((est - 600.0).abs() < 60.0, "{est}");
+    // The output may be one of the inputs.
+    let o = run(
+        dir.path(),
+        &["merge", "a.bloom", "b.bloom", "-o", "a.bloom"],
+        "",
+    );
+    assert!(o.status.success());
+    assert_eq!(
+        fs::read(dir.path().join("a.bloom")).unwrap(),
+        fs::read(dir.path().join("ab.bloom")).unwrap()
+    );
+}
+
+#[test]
+fn merging_incompatible_filters_says_what_differs_and_writes_nothing() {
+    let dir = TempDir::new().unwrap();
+    build(dir.path(), "base.bloom", &["x"], "1000", "0.01", "1");
+    build(dir.path(), "seed.bloom", &["x"], "1000", "0.01", "2");
+    build(dir.path(), "size.bloom", &["x"], "5000", "0.01", "1");
+    let o = run(
+        dir.path(),
+        &[
+            "build",
+            "-n",
+            "1000",
+            "-p",
+            "0.01",
+            "--seed",
+            "1",
+            "--layout",
+            "classic",
+            "-o",
+            "classic.bloom",
+        ],
+        "x\n",
+    );
+    assert!(o.status.success());
+    let before = listing(dir.path());
+    for (other, needle) in [
+        ("seed.bloom", "hash keys (seeds) differ"),
+        ("size.bloom", "number of bits differs"),
+        ("classic.bloom", "differs"),
+    ] {
+        let o = run(
+            dir.path(),
+            &["merge", "base.bloom", other, "-o", "out.bloom"],
+            "",
+        );
+        assert_error(&o, &["base.bloom", other, "cannot be merged", needle]);
+        assert_eq!(listing(dir.path()), before);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// dedup
+
+/// A stream of `n` URLs of 60 bytes in which each line is, with probability `repeat`, a
+/// repeat of an earlier one (uniformly chosen), else new.
+fn url_stream(n: usize, repeat: f64, seed: u64) -> Vec<String> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut distinct: Vec<String> = Vec::new();
+    let mut stream = Vec::with_capacity(n);
+    for _ in 0..n {
+        if !distinct.is_empty() && rng.random_bool(repeat) {
+            let i = rng.random_range(0..distinct.len());
+            stream.push(distinct[i].clone());
+        } else {
+            let url = format!(
+                "https://www.example.com/{:016x}/page?id={:011}",
+                rng.random::<u64>(),
+                distinct.len()
+            );
+            assert_eq!(url.len(), 60);
+            distinct.push(url.clone());
+            stream.push(url);
+        }
+    }
+    stream
+}
+
+/// Checks dedup's `output` for `stream`: it is the stream's first occurrences in order, each
+/// at most once, less some falsely dropped ones; returns how many were dropped.
+fn false_drops(stream: &[String], output: &str) -> usize {
+    let out: Vec<&str> = output.lines().collect();
+    assert!(output.is_empty() || output.ends_with('\n'));
+    let mut seen = HashSet::new();
+    let mut next = 0;
+    let mut firsts = 0;
+    for line in stream {
+        let first = seen.insert(line.as_str());
+        firsts += usize::from(first);
+        if next < out.len() && out[next] == line {
+            assert!(first, "a repeat was written: {line}");
+            next += 1;
+        }
+    }
+    assert_eq!(
+        next,
+        out.len(),
+        "output is not the first occurrences in order"
+    );
+    let unique: HashSet<&str> = out.iter().copied().collect();
+    assert_eq!(unique.len(), out.len(), "a line was written twice");
+    firsts - out.len()
+}
+
+/// Expected false drops when `distinct` new lines go through a filter sized for `n` at `p`:
+/// the j-th new line is dropped with the filter's FPR after j inserts. FPR grows with j, so
+/// summing each step of 1000 at its end bounds the sum from above. Plus three standard
+/// deviations (a sum of Bernoullis has variance at most its mean).
+fn false_drop_bound(n: u64, p: f64, distinct: u64) -> f64 {
+    let sized = params::for_layout(Layout::Blocked, n, p).unwrap();
+    let step = 1000;
+    let mean: f64 = (0..distinct.div_ceil(step))
+        .map(|s| {
+            let end = ((s + 1) * step).min(distinct);
+            params::expected_fpr(Layout::Blocked, sized.bits, sized.hashes, end as f64)
+                * step as f64
+        })
+        .sum();
+    assert!(mean <= distinct as f64 * p, "the bound is at most n·p");
+    mean + 3.0 * mean.sqrt() + 1.0
+}
+
+#[test]
+fn dedup_of_1m_urls_drops_every_repeat_and_few_first_occurrences() {
+    let dir = TempDir::new().unwrap();
+    let stream = url_stream(1_000_000, 0.3, 42);
+    let distinct = stream.iter().collect::<HashSet<_>>().len() as u64;
+    assert!((680_000..720_000).contains(&distinct), "{distinct}");
+    let input = stream.iter().map(|u| format!("{u}\n")).collect::<String>();
+    // Sized for the distinct lines at 1%: some hundreds of first occurrences are expected
+    // to be (wrongly) dropped, and the bound must catch any more than that.
+    let (n, p) = (700_000, 0.01);
+    let o = run(
+        dir.path(),
+        &[
+            "dedup", "--items", "700k", "--fpr", "0.01", "--seed", "3", "--stats",
+        ],
+        input,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let dropped = false_drops(&stream, &stdout(&o));
+    let bound = false_drop_bound(n, p, distinct);
+    eprintln!("{dropped} of {distinct} first occurrences dropped; bound {bound:.0}");
+    assert!(
+        dropped as f64 <= bound,
+        "{dropped} first occurrences dropped, expected at most {bound:.0}"
+    );
+    // --stats on stderr.
+    let err = stderr(&o);
+    let kept = distinct - dropped as u64;
+    assert!(
+        err.contains(&format!(
+            "1000000 lines in, {kept} out, {} dropped",
+            1_000_000 - kept
+        )),
+        "{err}"
+    );
+    for needle in ["lines/s", "MB/s", " s:"] {
+        assert!(err.contains(needle), "{err}");
+    }
+}
+
+#[test]
+fn dedup_resumes_from_its_state_file() {
+    let dir = TempDir::new().unwrap();
+    let stream = url_stream(200_000, 0.3, 7);
+    let (part1, part2) = stream.split_at(100_000);
+    let lines = |s: &[String]| s.iter().map(|u| format!("{u}\n")).collect::<String>();
+    let args = [
+        "dedup",
+        "-n",
+        "200k",
+        "-p",
+        "0.001",
+        "--seed",
+        "11",
+        "--state",
+        "seen.bloom",
+    ];
+    let o1 = run(dir.path(), &args, lines(part1));
+    assert!(o1.status.success(), "{}", stderr(&o1));
+    assert!(dir.path().join("seen.bloom").exists());
+    let o2 = run(dir.path(), &args, lines(part2));
+    assert!(o2.status.success(), "{}", stderr(&o2));
+
+    // Together the two runs are one dedup of the whole stream.
+    let both = stdout(&o1) + &stdout(&o2);
+    let dropped = false_drops(&stream, &both);
+    let distinct = stream.iter().collect::<HashSet<_>>().len() as u64;
+    assert!(dropped as f64 <= false_drop_bound(200_000, 0.001, distinct));
+    // In particular part 2's lines already seen in part 1 were all dropped...
+    let in_part1: HashSet<&str> = part1.iter().map(String::as_str).collect();
+    let out2 = stdout(&o2);
+    assert!(out2.lines().all(|l| !in_part1.contains(l)));
+    // ...which a fresh filter would not have done.
+    let fresh = run(
+        dir.path(),
+        &["dedup", "-n", "200k", "-p", "0.001", "--seed", "11"],
+        lines(part2),
+    );
+    let again = stdout(&fresh)
+        .lines()
+        .filter(|l| in_part1.contains(l))
+        .count();
+    assert!(again > 10_000, "{again}");
+
+    // A state made for other parameters is refused and left untouched.
+    let state = fs::read(dir.path().join("seen.bloom")).unwrap();
+    let o = run(
+        dir.path(),
+        &["dedup", "-n", "200k", "-p", "0.01", "--state", "seen.bloom"],
+        lines(part2),
+    );
+    assert_error(&o, &["seen.bloom", "--items 200000 --fpr 0.001"]);
+    assert!(o.stdout.is_empty());
+    let o = run(
+        dir.path(),
+        &[
+            "dedup",
+            "-n",
+            "200k",
+            "-p",
+            "0.001",
+            "--layout",
+            "classic",
+            "--state",
+            "seen.bloom",
+        ],
+        "",
+    );
+    assert_error(&o, &["seen.bloom", "layout is blocked"]);
+    let o = run(
+        dir.path(),
+        &[
+            "dedup",
+            "-n",
+            "200k",
+            "-p",
+            "0.001",
+            "--seed",
+            "12",
+            "--state",
+            "seen.bloom",
+        ],
+        "",
+    );
+    assert_error(&o, &["seen.bloom", "hash key differs"]);
+    assert_eq!(fs::read(dir.path().join("seen.bloom")).unwrap(), state);
+    assert_eq!(listing(dir.path()), ["seen.bloom"]);
+}
+
+#[test]
+fn dedup_normalises_line_endings_and_keeps_empty_lines_once() {
+    let dir = TempDir::new().unwrap();
+    let o = run(
+        dir.path(),
+        &["dedup", "-n", "100", "-p", "1e-6"],
+        "a\r\nb\na\n\n\r\nb\r\nc",
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "a\nb\n\nc\n");
+    assert!(o.stderr.is_empty(), "{}", stderr(&o));
+}
+
+/// Feeds `bloom args` one line at a time, waiting for each line of output before sending the
+/// next (as a program driving it through pipes would); returns the output lines and the exit
+/// code.
+fn converse(dir: &Path, args: &[&str], inputs: &[&str], expect: usize) -> (Vec<String>, i32) {
+    use std::io::{BufRead as _, Write as _};
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("bloom"))
+        .current_dir(dir)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let _ = tx.send(line.unwrap());
+        }
+    });
+    let mut got = Vec::new();
+    for input in inputs {
+        writeln!(stdin, "{input}").unwrap();
+        stdin.flush().unwrap();
+        if got.len() < expect {
+            if let Ok(line) = rx.recv_timeout(std::time::Duration::from_secs(20)) {
+                got.push(line);
+            } else {
+                let _ = child.kill();
+                panic!("no answer to {input:?} while the input stayed open: {got:?}");
+            }
+        }
+    }
+    drop(stdin);
+    let code = child.wait().unwrap().code().unwrap();
+    got.extend(rx.iter());
+    (got, code)
+}
+
+#[test]
+fn check_and_dedup_answer_each_line_as_it_arrives() {
+    let dir = TempDir::new().unwrap();
+    build(dir.path(), "k.bloom", &["a", "b"], "100", "1e-9", "1");
+    let (got, code) = converse(dir.path(), &["check", "k.bloom"], &["a", "zz", "b"], 3);
+    assert_eq!(got, ["maybe\ta", "absent\tzz", "maybe\tb"]);
+    assert_eq!(code, 1);
+    let (got, code) = converse(
+        dir.path(),
+        &["dedup", "-n", "100", "-p", "1e-9"],
+        &["x", "y", "z"],
+        3,
+    );
+    assert_eq!(got, ["x", "y", "z"]);
+    assert_eq!(code, 0);
+}
+
+#[test]
+fn an_interrupted_dedup_leaves_no_file_behind() {
+    use std::io::Write as _;
+    let dir = TempDir::new().unwrap();
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("bloom"))
+        .current_dir(dir.path())
+        .args(["dedup", "-n", "1M", "-p", "0.01", "--state", "seen.bloom"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"a\nb\na\n").unwrap();
+    stdin.flush().unwrap();
+    // dedup is now waiting for more input; kill it the way Ctrl-C would, with no cleanup.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(listing(dir.path()).is_empty(), "{:?}", listing(dir.path()));
+}
+
+#[test]
+fn dedup_with_an_unwritable_state_path_fails_before_reading() {
+    let dir = TempDir::new().unwrap();
+    let o = run(
+        dir.path(),
+        &[
+            "dedup",
+            "-n",
+            "100",
+            "-p",
+            "0.01",
+            "--state",
+            "nodir/s.bloom",
+        ],
+        "a\nb\n",
+    );
+    assert_error(&o, &["nodir/s.bloom", "does not exist"]);
+    assert!(o.stdout.is_empty());
+    assert!(listing(dir.path()).is_empty());
+}
