@@ -155,12 +155,6 @@ impl<'a> Batch<'a> {
         let buf = self.buf;
         self.spans.iter().map(move |&(s, e)| &buf[s..e])
     }
-
-    /// The keys in consecutive groups of at most `n`.
-    pub fn chunks(&self, n: usize) -> impl Iterator<Item = Batch<'a>> + 'a {
-        let buf = self.buf;
-        self.spans.chunks(n).map(move |spans| Batch { buf, spans })
-    }
 }
 
 /// Lines of one input, a chunk at a time.
@@ -342,15 +336,6 @@ mod tests {
         assert_eq!(got.len(), 100_000);
         assert_eq!(got[99_999], b"99999");
         assert!(batches > 1);
-    }
-
-    #[test]
-    fn chunks_split_a_batch_in_order() {
-        let mut lines = Lines::new(&b"1\n2\n3\n4\n5\xff\n"[..], "test".to_owned());
-        let batch = lines.next_batch().unwrap().unwrap();
-        let groups: Vec<Vec<&[u8]>> = batch.chunks(2).map(|c| c.iter().collect()).collect();
-        assert_eq!(groups.len(), 3);
-        assert_eq!(groups[2], vec![&b"5\xff"[..]]);
     }
 
     #[test]

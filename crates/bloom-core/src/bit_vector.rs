@@ -15,14 +15,17 @@ pub(crate) struct BitVector {
 impl BitVector {
     pub(crate) fn zeroed(num_words: usize) -> Self {
         Self {
-            words: (0..num_words).map(|_| AtomicU64::new(0)).collect(),
+            words: zeroed_words(num_words),
         }
     }
 
-    pub(crate) fn from_words(words: impl IntoIterator<Item = u64>) -> Self {
-        Self {
-            words: words.into_iter().map(AtomicU64::new).collect(),
+    /// A copy of `words`, in the same huge-page-backed storage as [`zeroed`](Self::zeroed).
+    pub(crate) fn from_words(words: impl ExactSizeIterator<Item = u64>) -> Self {
+        let bits = Self::zeroed(words.len());
+        for (slot, w) in bits.words.iter().zip(words) {
+            slot.store(w, Relaxed);
         }
+        bits
     }
 
     #[inline(always)]
@@ -84,6 +87,63 @@ impl BitVector {
         prefetch(&self.words[word]);
     }
 }
+
+/// A zeroed word array. Large ones come straight from the allocator's zeroed pages (no
+/// 60 MB `memset` before the first insert) and, on Linux, are advised onto 2 MiB transparent
+/// huge pages before anything touches them: a lookup in a filter far larger than the TLB's
+/// reach otherwise pays a page walk on top of its cache miss. Measured with
+/// `bloom dedup --items 100M --fpr 1e-4` on 20M URLs (a 261 MiB filter): 1.6× fewer CPU
+/// seconds than 4 KiB pages (see the README's benchmark section).
+#[cfg(not(loom))]
+#[allow(unsafe_code)]
+pub(crate) fn zeroed_words(num_words: usize) -> Box<[AtomicU64]> {
+    use std::alloc::{Layout, alloc_zeroed, handle_alloc_error};
+    /// Below this the TLB covers the array anyway.
+    const HUGE_PAGE_WORTHWHILE: usize = 4 << 20;
+
+    let Ok(layout) = Layout::array::<AtomicU64>(num_words) else {
+        panic!("{num_words} words overflow the address space") // bounded by params::MAX_BITS first
+    };
+    if layout.size() == 0 {
+        return Box::new([]);
+    }
+    // SAFETY: the layout has a non-zero size (checked above).
+    let ptr = unsafe { alloc_zeroed(layout) }.cast::<AtomicU64>();
+    if ptr.is_null() {
+        handle_alloc_error(layout);
+    }
+    if layout.size() >= HUGE_PAGE_WORTHWHILE {
+        advise_huge_pages(ptr.cast(), layout.size());
+    }
+    // SAFETY: `ptr` is a live allocation of exactly `layout` (an array of `num_words`
+    // AtomicU64, the layout `Box<[AtomicU64]>` frees with), and all-zero bytes are a valid
+    // AtomicU64. Ownership passes to the Box.
+    unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, num_words)) }
+}
+
+#[cfg(loom)]
+pub(crate) fn zeroed_words(num_words: usize) -> Box<[AtomicU64]> {
+    (0..num_words).map(|_| AtomicU64::new(0)).collect()
+}
+
+/// Asks Linux to back the whole 2 MiB pages inside `[start, start + len)` with huge pages.
+/// Only advice: if transparent huge pages are off, nothing changes.
+#[cfg(all(target_os = "linux", not(loom)))]
+#[allow(unsafe_code)]
+fn advise_huge_pages(start: *mut u8, len: usize) {
+    const HUGE: usize = 2 << 20;
+    let first = (start as usize).next_multiple_of(HUGE);
+    let end = (start as usize + len) / HUGE * HUGE;
+    if end > first {
+        // SAFETY: [first, end) lies inside an allocation this process owns and has not
+        // handed out yet; MADV_HUGEPAGE changes how it is backed, never its contents.
+        let _ =
+            unsafe { libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_HUGEPAGE) };
+    }
+}
+
+#[cfg(all(not(target_os = "linux"), not(loom)))]
+fn advise_huge_pages(_: *mut u8, _: usize) {}
 
 /// Starts loading `word`'s cache line into L1 without waiting for it.
 ///

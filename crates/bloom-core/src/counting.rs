@@ -81,7 +81,7 @@ impl CountingBloomFilter {
         let num_words = num_slots.div_ceil(PER_WORD) as usize;
         let words = match words {
             Some(w) => w.into_iter().map(AtomicU64::new).collect(),
-            None => (0..num_words).map(|_| AtomicU64::new(0)).collect(),
+            None => crate::bit_vector::zeroed_words(num_words),
         };
         Self {
             words,

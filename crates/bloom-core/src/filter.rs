@@ -9,9 +9,9 @@ use crate::layout::{for_each_classic, for_each_in_block, reduce};
 use crate::params::{self, BLOCK_BITS};
 use crate::{BuildError, Key, Layout};
 
-/// Keys hashed ahead in the batch forms: enough to cover DRAM latency with the misses in
-/// flight, few enough that the prefetched lines are still in L1 when tested.
-const BATCH: usize = 16;
+/// Keys hashed ahead in the batch forms: enough misses in flight to cover DRAM latency,
+/// few enough that the prefetched lines are still in L1 when tested. A power of two.
+const WINDOW: usize = 16;
 
 /// A lock-free Bloom filter shared by reference between threads.
 ///
@@ -94,16 +94,26 @@ impl BloomFilter {
         self.contains_hash(self.hasher.hash(key))
     }
 
-    /// Inserts every key. Keys are hashed a batch ahead and their cache lines prefetched, so
-    /// on a filter larger than the CPU cache the memory accesses overlap.
+    /// Inserts every key. Keys are hashed a window ahead of their insertion and their cache
+    /// lines prefetched, so on a filter larger than the CPU cache the memory accesses overlap.
     pub fn insert_many<I>(&self, keys: I)
     where
         I: IntoIterator,
         I::Item: Key,
     {
-        self.batched(keys, |h| {
-            self.insert_hash(h);
-        });
+        self.insert_many_with(keys, |_| {});
+    }
+
+    /// [`insert_many`](Self::insert_many), telling `was_new` for each key in order what
+    /// [`insert`](Self::insert) would have returned (`true`: it was not present before).
+    /// Keys are inserted in order, so a key repeated within the batch is new only the first
+    /// time: a de-duplicating pass is `insert_many_with(lines, |new| keep.push(new))`.
+    pub fn insert_many_with<I>(&self, keys: I, mut was_new: impl FnMut(bool))
+    where
+        I: IntoIterator,
+        I::Item: Key,
+    {
+        self.pipelined(keys, |h| was_new(self.insert_hash(h)));
     }
 
     /// Looks every key up; the answers are in the keys' order. Prefetches like
@@ -116,30 +126,35 @@ impl BloomFilter {
     {
         let keys = keys.into_iter();
         let mut found = Vec::with_capacity(keys.size_hint().0);
-        self.batched(keys, |h| found.push(self.contains_hash(h)));
+        self.pipelined(keys, |h| found.push(self.contains_hash(h)));
         found
     }
 
-    /// Hashes keys `BATCH` at a time, prefetching each one's lines, then hands the hashes on.
+    /// Hashes each key and prefetches its lines `WINDOW` keys before handing its hash to
+    /// `then`, in the keys' order: a sliding window keeps `WINDOW` memory accesses in flight
+    /// all the time, where hashing a batch and then draining it would let them run dry at
+    /// every batch boundary.
     #[inline]
-    fn batched<I>(&self, keys: I, mut then: impl FnMut(KeyHash))
+    fn pipelined<I>(&self, keys: I, mut then: impl FnMut(KeyHash))
     where
         I: IntoIterator,
         I::Item: Key,
     {
-        let mut pending = [KeyHash { h1: 0, h2: 0 }; BATCH];
-        let mut len = 0;
+        let mut ring = [KeyHash { h1: 0, h2: 0 }; WINDOW];
+        let mut hashed = 0usize;
         for key in keys {
             let h = self.hasher.hash(&key);
             self.prefetch(h);
-            pending[len] = h;
-            len += 1;
-            if len == BATCH {
-                pending.iter().for_each(|&h| then(h));
-                len = 0;
+            let slot = hashed % WINDOW;
+            if hashed >= WINDOW {
+                then(ring[slot]);
             }
+            ring[slot] = h;
+            hashed += 1;
         }
-        pending[..len].iter().for_each(|&h| then(h));
+        for i in hashed.saturating_sub(WINDOW)..hashed {
+            then(ring[i % WINDOW]);
+        }
     }
 
     #[inline(always)]
@@ -267,14 +282,12 @@ impl BloomFilter {
         match self.layout {
             Layout::Classic => self.fill_ratio().powi(k),
             Layout::Blocked => {
-                let words: Vec<u64> = self.bits.iter().collect();
-                let sum: f64 = words
-                    .chunks_exact(8)
-                    .map(|block| {
-                        let ones: u32 = block.iter().map(|w| w.count_ones()).sum();
-                        (f64::from(ones) / BLOCK_BITS as f64).powi(k)
-                    })
-                    .sum();
+                let mut words = self.bits.iter();
+                let mut sum = 0.0;
+                for _ in 0..self.num_blocks {
+                    let ones: u32 = words.by_ref().take(8).map(|w| w.count_ones()).sum();
+                    sum += (f64::from(ones) / BLOCK_BITS as f64).powi(k);
+                }
                 sum / self.num_blocks as f64
             }
         }

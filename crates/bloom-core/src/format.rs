@@ -430,7 +430,7 @@ impl BloomFilter {
             KeyHasher::new(header.seed),
             header.capacity,
             header.target_fpr,
-            Some(BitVector::from_words(words)),
+            Some(BitVector::from_words(words.into_iter())),
         )
     }
 }

@@ -20,7 +20,6 @@ use crate::output::AtomicFile;
 
 /// Lines looked up ahead of their inserts. Their cache lines must still be cached when the
 /// inserts come: 512 lines are 32 KiB of filter and 512 pages for the TLB.
-const LOOKAHEAD: usize = 512;
 
 /// De-duplicate lines: copy each line of standard input to standard output the first time it
 /// is (probably) seen.
@@ -97,23 +96,19 @@ pub fn run(args: &Args) -> Result<()> {
     let mut lines = Lines::new(stdin_reader(), "stdin".to_owned());
     let mut out = BufWriter::with_capacity(STDOUT_BUFFER, raw_stdout());
     let mut kept = 0u64;
+    let mut is_new = Vec::new();
     while let Some(batch) = lines.next_batch()? {
-        for group in batch.chunks(LOOKAHEAD) {
-            // `contains_many` hashes the group and prefetches every key's cache line before
-            // testing, so the group's DRAM misses overlap; the inserts that follow then hit
-            // the cache. A key found there was seen before (bits only ever get set); the
-            // others are inserted in input order, and `insert` says whether each is really
-            // new (a line may repeat within the group). The result is exactly that of one
-            // `insert` per line.
-            let seen = filter.contains_many(group.iter());
-            for (line, seen) in group.iter().zip(seen) {
-                if !seen && filter.insert(line) {
-                    out.write_all(line)
-                        .and_then(|()| out.write_all(b"\n"))
-                        .map_err(|e| stdout_failed(&e))?;
-                    kept += 1;
-                }
-            }
+        // `insert_many_with` hashes each line a window ahead and prefetches its cache line,
+        // so the DRAM misses overlap, and reports for each line, in order, what `insert`
+        // would have: the result is exactly that of one `insert` per line (a line repeated
+        // within the batch is new only the first time).
+        is_new.clear();
+        filter.insert_many_with(batch.iter(), |new| is_new.push(new));
+        for (line, _) in batch.iter().zip(&is_new).filter(|(_, new)| **new) {
+            out.write_all(line)
+                .and_then(|()| out.write_all(b"\n"))
+                .map_err(|e| stdout_failed(&e))?;
+            kept += 1;
         }
         // Pass each chunk's output on at once, so a consumer downstream is never kept
         // waiting while the input trickles in (a chunk is up to 256 KiB of input: one
