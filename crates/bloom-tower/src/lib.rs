@@ -2,7 +2,10 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub mod guard;
+pub mod flight;
+mod guard;
+mod guarded_cache;
+mod hot_key;
 pub mod key;
 pub mod key_source;
 pub mod reject;
@@ -11,6 +14,10 @@ pub mod stats;
 
 pub use bloom_core::{self, BloomFilter, Key};
 pub use guard::{BloomGuard, BloomGuardService, ResponseFuture};
+pub use guarded_cache::{CacheStats, GuardedCache, GuardedCacheBuilder, LoadError};
+pub use hot_key::{
+    HotKeyBody, HotKeyCache, HotKeyCacheBuilder, HotKeyCacheService, HotKeyFuture, HotKeyStats,
+};
 pub use key::KeyExtractor;
 pub use key_source::KeySource;
 pub use reject::{NotFound, OnMissingKey, OnReject, PassThrough, RejectedKey};

@@ -12,6 +12,18 @@
 //! | [`bloom_filter_rebuilds_total`](names::FILTER_REBUILDS) | counter | `filter`, `outcome` = `ok` / `error` / `cancelled` | rebuilds |
 //! | [`bloom_filter_saturated_total`](names::FILTER_SATURATED) | counter | `filter` | saturation warnings (at most one per filter generation) |
 //! | [`bloom_filter_keys`](names::FILTER_KEYS) | gauge | `filter` | distinct keys in the serving filter (approximate) |
+//! | [`bloom_cache_filter_rejections_total`](names::CACHE_FILTER_REJECTIONS) | counter | `cache` | [`GuardedCache`](crate::GuardedCache) lookups the filter answered "absent" |
+//! | [`bloom_cache_hits_total`](names::CACHE_HITS) | counter | `cache` | lookups answered from the cache |
+//! | [`bloom_cache_negative_hits_total`](names::CACHE_NEGATIVE_HITS) | counter | `cache` | lookups answered from the negative cache |
+//! | [`bloom_cache_loads_total`](names::CACHE_LOADS) | counter | `cache` | loader runs |
+//! | [`bloom_cache_load_errors_total`](names::CACHE_LOAD_ERRORS) | counter | `cache` | loader runs that failed, timed out or panicked |
+//! | [`bloom_cache_coalesced_waiters_total`](names::CACHE_COALESCED_WAITERS) | counter | `cache` | lookups that waited for another's load |
+//! | [`bloom_cache_false_positives_total`](names::CACHE_FALSE_POSITIVES) | counter | `cache` | lookups the filter let through for keys the loader did not find |
+//! | [`bloom_cache_measured_fpr`](names::CACHE_MEASURED_FPR) | gauge | `cache` | live measured false-positive rate: `false_positives / (false_positives + filter_rejections)` |
+//! | [`bloom_hot_key_hits_total`](names::HOT_KEY_HITS) | counter | `cache` | [`HotKeyCache`](crate::HotKeyCache) requests answered from the cache (`status` = `200` / `404`) |
+//! | [`bloom_hot_key_loads_total`](names::HOT_KEY_LOADS) | counter | `cache` | requests sent to the inner service as their key's one loader |
+//! | [`bloom_hot_key_coalesced_total`](names::HOT_KEY_COALESCED) | counter | `cache` | requests that waited for another's load |
+//! | [`bloom_hot_key_passed_through_total`](names::HOT_KEY_PASSED_THROUGH) | counter | `cache` | requests or responses that could not be cached |
 //!
 //! `guard` is [`BloomGuard::name`], `filter` is [`SharedFilterBuilder::name`]; both default
 //! to `"default"`. The guard registers its counters with the recorder on its first request,
@@ -42,6 +54,30 @@ pub mod names {
     pub const FILTER_SATURATED: &str = "bloom_filter_saturated_total";
     /// Gauge: approximate number of distinct keys in the serving filter.
     pub const FILTER_KEYS: &str = "bloom_filter_keys";
+    /// Counter: guarded-cache lookups the filter answered "definitely absent".
+    pub const CACHE_FILTER_REJECTIONS: &str = "bloom_cache_filter_rejections_total";
+    /// Counter: guarded-cache lookups answered from the cache.
+    pub const CACHE_HITS: &str = "bloom_cache_hits_total";
+    /// Counter: guarded-cache lookups answered from the negative cache.
+    pub const CACHE_NEGATIVE_HITS: &str = "bloom_cache_negative_hits_total";
+    /// Counter: loader runs.
+    pub const CACHE_LOADS: &str = "bloom_cache_loads_total";
+    /// Counter: loader runs that failed, timed out or panicked.
+    pub const CACHE_LOAD_ERRORS: &str = "bloom_cache_load_errors_total";
+    /// Counter: lookups that waited for another lookup's load.
+    pub const CACHE_COALESCED_WAITERS: &str = "bloom_cache_coalesced_waiters_total";
+    /// Counter: lookups the filter let through for keys the loader did not find.
+    pub const CACHE_FALSE_POSITIVES: &str = "bloom_cache_false_positives_total";
+    /// Gauge: the live measured false-positive rate of the cache's filter.
+    pub const CACHE_MEASURED_FPR: &str = "bloom_cache_measured_fpr";
+    /// Counter: hot-key cache hits, labelled `status` = `200` or `404`.
+    pub const HOT_KEY_HITS: &str = "bloom_hot_key_hits_total";
+    /// Counter: requests sent to the inner service as their key's one loader.
+    pub const HOT_KEY_LOADS: &str = "bloom_hot_key_loads_total";
+    /// Counter: requests that waited for another request's load.
+    pub const HOT_KEY_COALESCED: &str = "bloom_hot_key_coalesced_total";
+    /// Counter: requests or responses that could not be cached.
+    pub const HOT_KEY_PASSED_THROUGH: &str = "bloom_hot_key_passed_through_total";
 }
 
 /// A guard's request counters, shared by the layer and every service made from it.

@@ -1,0 +1,345 @@
+//! [`GuardedCache`]: filter → cache → one loader per key, with negative caching.
+//!
+//! # Why dashmap + per-key locks rather than moka's own coalescing
+//!
+//! moka's `try_get_with` also runs one init per key and survives a cancelled or panicking
+//! init, but it cannot do everything this cache needs: keep "not found" (`Ok(None)`) as a
+//! short-lived negative entry while handing it to every waiter, count the waiters, bound
+//! each load with a timeout that all waiters see, and show there is no leak by exposing the
+//! table of loads in flight ([`GuardedCache::loads_in_flight`]). So values live in a
+//! `moka::future::Cache` (per-entry expiry: a jittered TTL for values, `negative_ttl` for
+//! negative entries), and the loads in flight live in [`flight`](crate::flight): a
+//! `DashMap` from key to a write-locked slot, removed as soon as the load ends, whose `Drop`
+//! guard releases the waiters if the leader is cancelled or panics.
+
+mod error;
+mod stats;
+
+use std::any::TypeId;
+use std::future::Future;
+use std::hash::Hash;
+use std::marker::PhantomData;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bloom_core::Key;
+use futures_util::FutureExt;
+
+use error::ErasedError;
+pub use error::LoadError;
+pub use stats::CacheStats;
+use stats::Counters;
+
+use crate::SharedFilter;
+use crate::flight::{Flights, Role, wait};
+
+type Filter = SharedFilter;
+
+/// What a load hands to its waiters.
+type Outcome<V> = Result<Option<V>, ErasedError>;
+
+/// A cache in front of a loader (your database), guarded by a Bloom filter, that runs at
+/// most one load per key at a time. Cheap to clone: clones share everything.
+///
+/// ```
+/// use std::time::Duration;
+/// use bloom_tower::{BloomFilter, GuardedCache, SharedFilter};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// #[derive(Clone)]
+/// struct User { name: String }
+/// # struct Db;
+/// # impl Db { async fn find_user(&self, id: u64) -> Result<Option<User>, std::io::Error> {
+/// #     Ok((id == 42).then(|| User { name: "Ada".into() })) } }
+/// # let db = std::sync::Arc::new(Db);
+///
+/// let filter = SharedFilter::new(BloomFilter::new(1_000_000, 0.01)?);
+/// filter.insert(&42u64);
+/// let users: GuardedCache<u64, User> = GuardedCache::builder(filter.clone())
+///     .max_capacity(100_000)
+///     .time_to_live(Duration::from_secs(300))
+///     .negative_ttl(Duration::from_secs(30))
+///     .load_timeout(Duration::from_secs(2))
+///     .build();
+///
+/// let id = 42u64;
+/// let db2 = db.clone();
+/// let user = users.get_or_load(&id, |id| async move { db2.find_user(id).await }).await?;
+/// assert_eq!(user.map(|u| u.name).as_deref(), Some("Ada"));
+/// let nobody = users.get_or_load(&7, |id| async move { db.find_user(id).await }).await?;
+/// assert!(nobody.is_none()); // the filter answered: the loader did not run
+/// # Ok(())
+/// # }
+/// ```
+pub struct GuardedCache<K, V> {
+    inner: Arc<Inner<K, V>>,
+}
+
+struct Inner<K, V> {
+    filter: Filter,
+    /// `Some(v)`: the value; `None`: a negative entry (the loader found nothing), which
+    /// expires after `negative_ttl`.
+    cache: moka::future::Cache<K, Option<V>>,
+    flights: Flights<(K, TypeId), Outcome<V>>,
+    load_timeout: Option<Duration>,
+    counters: Counters,
+    /// Bumped by every invalidation, so a load that raced with one does not leave a stale
+    /// entry behind (see `lead`).
+    invalidations: AtomicU64,
+}
+
+impl<K, V> Clone for GuardedCache<K, V> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+/// Configures a [`GuardedCache`]; start from [`GuardedCache::builder`].
+#[must_use]
+pub struct GuardedCacheBuilder<K, V> {
+    _types: PhantomData<fn() -> (K, V)>,
+    filter: Filter,
+    max_capacity: u64,
+    time_to_live: Duration,
+    ttl_jitter: f64,
+    negative_ttl: Duration,
+    load_timeout: Option<Duration>,
+    name: std::borrow::Cow<'static, str>,
+}
+
+impl<K, V> GuardedCacheBuilder<K, V>
+where
+    K: Key + Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    /// Most values (and negative entries) kept; 10,000 by default.
+    pub fn max_capacity(mut self, entries: u64) -> Self {
+        self.max_capacity = entries;
+        self
+    }
+
+    /// How long a loaded value is served before it is loaded again; 5 minutes by default.
+    /// Each entry lives a random 90–100% of it, so keys loaded together (a hot set after a
+    /// deploy) do not all expire, and stampede the database, together.
+    pub fn time_to_live(mut self, ttl: Duration) -> Self {
+        self.time_to_live = ttl;
+        self
+    }
+
+    /// How long "not found" is remembered; 30 seconds by default. Keep it short: it is how
+    /// long a key created elsewhere without [`GuardedCache::invalidate`] stays invisible.
+    pub fn negative_ttl(mut self, ttl: Duration) -> Self {
+        self.negative_ttl = ttl;
+        self
+    }
+
+    /// How long a load may run before it and everyone waiting for it get
+    /// [`LoadError::Timeout`]; 10 seconds by default.
+    pub fn load_timeout(mut self, timeout: Duration) -> Self {
+        self.load_timeout = Some(timeout);
+        self
+    }
+
+    /// The name used as the `cache` metric label; `"default"` by default.
+    pub fn name(mut self, name: impl Into<std::borrow::Cow<'static, str>>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Builds the cache.
+    pub fn build(self) -> GuardedCache<K, V> {
+        let expiry = JitteredExpiry {
+            ttl: self.time_to_live,
+            jitter: self.ttl_jitter,
+            negative_ttl: self.negative_ttl,
+        };
+        let cache = moka::future::Cache::builder()
+            .max_capacity(self.max_capacity)
+            .expire_after(expiry)
+            .build();
+        GuardedCache {
+            inner: Arc::new(Inner {
+                filter: self.filter,
+                cache,
+                flights: Flights::new(),
+                load_timeout: self.load_timeout,
+                counters: Counters::new(self.name),
+                invalidations: AtomicU64::new(0),
+            }),
+        }
+    }
+}
+
+struct JitteredExpiry {
+    ttl: Duration,
+    jitter: f64,
+    negative_ttl: Duration,
+}
+
+impl JitteredExpiry {
+    fn lifetime<V>(&self, value: &Option<V>) -> Duration {
+        match value {
+            Some(_) => self.ttl.mul_f64(1.0 - self.jitter * fastrand::f64()),
+            None => self.negative_ttl,
+        }
+    }
+}
+
+impl<K, V> moka::Expiry<K, Option<V>> for JitteredExpiry {
+    fn expire_after_create(&self, _: &K, value: &Option<V>, _: Instant) -> Option<Duration> {
+        Some(self.lifetime(value))
+    }
+
+    fn expire_after_update(
+        &self,
+        _: &K,
+        value: &Option<V>,
+        _: Instant,
+        _: Option<Duration>,
+    ) -> Option<Duration> {
+        Some(self.lifetime(value))
+    }
+}
+
+impl<K, V> GuardedCache<K, V>
+where
+    K: Key + Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    /// Starts configuring a cache guarded by `filter`.
+    pub fn builder(filter: Filter) -> GuardedCacheBuilder<K, V> {
+        GuardedCacheBuilder {
+            _types: PhantomData,
+            filter,
+            max_capacity: 10_000,
+            time_to_live: Duration::from_secs(300),
+            ttl_jitter: 0.1,
+            negative_ttl: Duration::from_secs(30),
+            load_timeout: Some(Duration::from_secs(10)),
+            name: "default".into(),
+        }
+    }
+
+    /// The value for `key`: `Ok(None)` if it does not exist.
+    ///
+    /// In order: the filter says absent → `Ok(None)` (cache and loader untouched); a cached
+    /// value → it; a negative entry → `Ok(None)`; otherwise one caller per key runs `load`
+    /// while the others wait for its outcome. `Ok(Some(v))` is cached, `Ok(None)` is
+    /// negative-cached (a filter false positive, or a deleted row), an error is returned to
+    /// the caller that ran the load and to every waiter, and not cached.
+    pub async fn get_or_load<F, Fut, E>(&self, key: &K, load: F) -> Result<Option<V>, LoadError<E>>
+    where
+        F: FnOnce(K) -> Fut,
+        Fut: Future<Output = Result<Option<V>, E>>,
+        E: Send + Sync + 'static,
+    {
+        let inner = &*self.inner;
+        if !inner.filter.contains(key) {
+            inner.counters.filter_rejections();
+            return Ok(None);
+        }
+        let flight_key = (key.clone(), TypeId::of::<E>());
+        let flight = loop {
+            if let Some(entry) = inner.cache.get(key).await {
+                return Ok(match entry {
+                    Some(value) => {
+                        inner.counters.hits();
+                        Some(value)
+                    }
+                    None => {
+                        inner.counters.negative_hits();
+                        inner.counters.false_positives();
+                        None
+                    }
+                });
+            }
+            match inner.flights.join(&flight_key) {
+                Role::Leader(flight) => break flight,
+                Role::Waiter(slot) => {
+                    inner.counters.coalesced_waiters();
+                    match wait(slot).await {
+                        Some(outcome) => {
+                            if let Ok(None) = outcome {
+                                inner.counters.false_positives();
+                            }
+                            return outcome.map_err(ErasedError::restore);
+                        }
+                        // The leader went away mid-load: look again, and lead if nobody has.
+                        None => continue,
+                    }
+                }
+            }
+        };
+
+        let epoch = inner.invalidations.load(Ordering::SeqCst);
+        inner.counters.loads();
+        let outcome = self.run_load(key.clone(), load).await;
+        match &outcome {
+            Ok(value) => {
+                if value.is_none() {
+                    inner.counters.false_positives();
+                }
+                inner.cache.insert(key.clone(), value.clone()).await;
+                // An invalidation that raced with this load (a user created after the loader
+                // read "absent") must win: if one happened since the load began, drop what we
+                // just cached. Whichever order the two run in, the entry does not survive.
+                if inner.invalidations.load(Ordering::SeqCst) != epoch {
+                    inner.cache.invalidate(key).await;
+                }
+            }
+            Err(_) => inner.counters.load_errors(),
+        }
+        flight.complete(outcome.clone().map_err(ErasedError::erase));
+        outcome
+    }
+
+    async fn run_load<F, Fut, E>(&self, key: K, load: F) -> Result<Option<V>, LoadError<E>>
+    where
+        F: FnOnce(K) -> Fut,
+        Fut: Future<Output = Result<Option<V>, E>>,
+    {
+        // A panicking loader must not take the waiters down with it, nor leave the key locked.
+        let guarded = AssertUnwindSafe(async move { load(key).await }).catch_unwind();
+        let finished = match self.inner.load_timeout {
+            Some(limit) => match tokio::time::timeout(limit, guarded).await {
+                Ok(finished) => finished,
+                Err(_) => return Err(LoadError::Timeout(limit)),
+            },
+            None => guarded.await,
+        };
+        match finished {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(LoadError::Loader(Arc::new(e))),
+            Err(_panic) => Err(LoadError::Panicked),
+        }
+    }
+
+    /// Forgets `key`'s cached value or negative entry; the next lookup loads it again.
+    pub async fn invalidate(&self, key: &K) {
+        self.inner.invalidations.fetch_add(1, Ordering::SeqCst);
+        self.inner.cache.invalidate(key).await;
+    }
+
+    /// What a create handler calls: adds `key` to the filter and forgets any negative entry,
+    /// so the new record is found by the very next lookup. Call it before the record becomes
+    /// visible in the database.
+    pub async fn insert_and_invalidate(&self, key: &K) {
+        self.inner.filter.insert(key);
+        self.invalidate(key).await;
+    }
+
+    /// Counters since the cache was built.
+    pub fn stats(&self) -> CacheStats {
+        self.inner.counters.snapshot()
+    }
+
+    /// Loads in flight right now (one per key): 0 when idle, whatever happened before.
+    pub fn loads_in_flight(&self) -> usize {
+        self.inner.flights.len()
+    }
+}
