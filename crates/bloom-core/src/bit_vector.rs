@@ -63,6 +63,7 @@ impl BitVector {
             .expect("a block is 8 words")
     }
 
+    #[inline(always)]
     pub(crate) fn or_word(&self, word: usize, bits: u64) {
         self.words[word].fetch_or(bits, Relaxed);
     }

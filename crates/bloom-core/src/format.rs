@@ -252,7 +252,9 @@ impl Header {
                 "word count does not match the number of bits",
             ));
         }
-        if target_fpr != 0.0 && !(target_fpr > 0.0 && target_fpr < 1.0) {
+        // Only +0.0 means "not recorded": any other bit pattern must be a real rate, so a
+        // file re-encodes to exactly its own bytes.
+        if target_fpr.to_bits() != 0 && !(target_fpr > 0.0 && target_fpr < 1.0) {
             return Err(DecodeError::Inconsistent(
                 "target false-positive rate outside (0, 1)",
             ));
@@ -264,7 +266,7 @@ impl Header {
             num_bits,
             seed,
             capacity: (capacity != 0).then_some(capacity),
-            target_fpr: (target_fpr != 0.0).then_some(target_fpr),
+            target_fpr: (target_fpr.to_bits() != 0).then_some(target_fpr),
             num_words,
         })
     }

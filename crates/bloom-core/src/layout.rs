@@ -84,6 +84,14 @@ pub(crate) fn for_each_in_block(
     let mask = (1u64 << slots_log2) - 1;
     let per_word = 64 / slots_log2;
     let mut bits = hash.h2;
+    if k <= per_word {
+        // The common case (k ≤ 7 for bits): every offset comes from `h2`, no refill check.
+        for _ in 0..k {
+            visit((bits & mask) as usize);
+            bits >>= slots_log2;
+        }
+        return;
+    }
     let mut left = per_word;
     for i in 0..k {
         if left == 0 {

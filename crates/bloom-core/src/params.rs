@@ -8,7 +8,11 @@
 //!   more false positives. Its FPR is computed exactly for that model,
 //!   `FPR = Σᵢ Pois(i; λ) · (1 − (1 − 1/B)^{i·k})^k` with `B = 512`, `λ = n·B/m`,
 //!   and sizing picks the smallest whole number of blocks (and the best `k` for it) whose FPR
-//!   is at most `p`. At `p = 1%` that is about 10.5 bits per item against 9.6 for Classic.
+//!   is at most `p`. That formula takes each block's fill at its mean; the exact rate is a
+//!   little higher (≈1% relative at `p = 1%`, since the FPR is convex in the fill), so the
+//!   size is then refined with the exact model, which tracks the distribution of set bits in a
+//!   block probe by probe. At `p = 1%` that is 9.92 bits per item (k = 6) against 9.59
+//!   (k = 7) for Classic.
 
 use crate::{BuildError, Layout};
 
@@ -48,10 +52,18 @@ pub fn optimal(n: u64, p: f64) -> Result<Params, BuildError> {
         });
     }
     let bits = (m as u64).max(1);
-    let hashes = ((bits as f64 / n as f64) * ln2)
-        .round()
-        .clamp(1.0, MAX_HASHES as f64) as u32;
-    Ok(Params { bits, hashes })
+    let hashes = ((bits as f64 / n as f64) * ln2).round().max(1.0);
+    if hashes > MAX_HASHES as f64 {
+        // Capping k would quietly miss p.
+        return Err(BuildError::TooManyHashes {
+            hashes: hashes.min(u32::MAX as f64) as u32,
+            max: MAX_HASHES,
+        });
+    }
+    Ok(Params {
+        bits,
+        hashes: hashes as u32,
+    })
 }
 
 /// The smallest Blocked-layout size (a whole number of 512-bit blocks, and the best `k` for
@@ -90,10 +102,32 @@ pub fn optimal_blocked(n: u64, p: f64) -> Result<Params, BuildError> {
             lo = mid + 1;
         }
     }
+    // The fast model reads a little low (≈1% at p = 1%): step up until the exact model
+    // agrees, then take the smallest size between that it accepts.
+    let meets = |blocks: u64| best_blocked_hashes_exact(blocks * BLOCK_BITS, n).1 <= p;
+    lo = hi;
+    while !meets(hi) {
+        lo = hi + 1;
+        hi = hi.saturating_add((hi / 256).max(1));
+        if hi.saturating_mul(BLOCK_BITS) > MAX_BITS {
+            return Err(BuildError::TooLarge {
+                bits: hi as f64 * BLOCK_BITS as f64,
+                max: MAX_BITS,
+            });
+        }
+    }
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if meets(mid) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
     let bits = hi * BLOCK_BITS;
     Ok(Params {
         bits,
-        hashes: best_blocked_hashes(bits, n).0,
+        hashes: best_blocked_hashes_exact(bits, n).0,
     })
 }
 
@@ -108,6 +142,15 @@ pub fn for_layout(layout: Layout, n: u64, p: f64) -> Result<Params, BuildError> 
 /// The false-positive rate a filter of `bits` and `hashes` in `layout` is expected to have
 /// after `items` distinct insertions.
 pub fn expected_fpr(layout: Layout, bits: u64, hashes: u32, items: f64) -> f64 {
+    if items.is_nan() {
+        return f64::NAN;
+    }
+    if items <= 0.0 || bits == 0 {
+        return 0.0;
+    }
+    if items.is_infinite() {
+        return 1.0;
+    }
     match layout {
         Layout::Classic => classic_fpr(bits, hashes, items),
         Layout::Blocked => blocked_fpr(bits, hashes, items),
@@ -144,7 +187,39 @@ fn classic_fpr(bits: u64, hashes: u32, items: f64) -> f64 {
     (1.0 - clear).powf(k)
 }
 
-fn blocked_fpr(bits: u64, hashes: u32, items: f64) -> f64 {
+/// The Poisson(λ) terms that matter, `(i, P(i))` for `i` within `λ ± (12√λ + 24)`: the rest
+/// sum to below 1e-30. Bounded work whatever λ is (a filter asked to hold far more keys than
+/// it has bits must not hang its caller).
+fn poisson_terms(lambda: f64) -> impl Iterator<Item = (u64, f64)> {
+    let width = 12.0 * lambda.sqrt() + 24.0;
+    let first = (lambda - width).max(0.0).floor() as u64;
+    let last = (lambda + width).ceil() as u64;
+    let ln_lambda = lambda.ln();
+    // ln P(first), then each next term from the previous one, in log space so nothing
+    // underflows before it matters.
+    let mut ln_pmf = -lambda + first as f64 * ln_lambda - ln_factorial(first);
+    (first..=last).map(move |i| {
+        if i > first {
+            ln_pmf += ln_lambda - (i as f64).ln();
+        }
+        (i, ln_pmf.exp())
+    })
+}
+
+/// ln(n!), exactly for small n, by Stirling's series beyond (error below 1e-12).
+fn ln_factorial(n: u64) -> f64 {
+    if n < 32 {
+        return (2..=n).map(|i| (i as f64).ln()).sum();
+    }
+    let x = n as f64;
+    x * x.ln() - x + 0.5 * (std::f64::consts::TAU * x).ln() + 1.0 / (12.0 * x)
+        - 1.0 / (360.0 * x.powi(3))
+}
+
+/// The Blocked FPR with each block's fill replaced by its mean: `Σ P(i) · (1 − (1−1/B)^{ik})^k`.
+/// Fast, and a slight underestimate (the fill of a block varies around its mean, and the FPR
+/// is convex in it): used to search, then [`blocked_fpr`] has the last word.
+fn blocked_fpr_mean_fill(bits: u64, hashes: u32, items: f64) -> f64 {
     let b = BLOCK_BITS as f64;
     let lambda = items * b / bits as f64;
     if lambda <= 0.0 {
@@ -152,18 +227,71 @@ fn blocked_fpr(bits: u64, hashes: u32, items: f64) -> f64 {
     }
     let k = f64::from(hashes);
     let keep = (1.0 - 1.0 / b).powf(k); // a bit survives one key's k probes
-    // Sum the Poisson terms in log space so no term underflows before it matters; stop far
-    // enough into the tail (mean + 12 standard deviations) that the rest is below 1e-30.
-    let last = (lambda + 12.0 * lambda.sqrt() + 24.0).ceil() as u64;
-    let ln_lambda = lambda.ln();
-    let mut ln_pmf = -lambda;
+    let fpr: f64 = poisson_terms(lambda)
+        .map(|(i, pmf)| pmf * (1.0 - keep.powf(i as f64)).powf(k))
+        .sum();
+    fpr.min(1.0)
+}
+
+/// Ball-into-cell steps beyond which the exact model is not worth its cost (the filter is
+/// then so overfull that both models answer ≈ 1).
+const EXACT_MODEL_MAX_PROBES: u64 = 20_000;
+
+/// The exact Blocked FPR: a block holding `i` keys has received `i·k` uniformly random probes;
+/// with `X` of its bits set, a new key's `k` probes all hit set bits with probability
+/// `E[(X/B)^k]`. The distribution of `X` after `t` probes is tracked exactly (each probe hits
+/// a set bit with probability `X/B`), and `i` is Poisson(λ = n·B/m).
+fn blocked_fpr(bits: u64, hashes: u32, items: f64) -> f64 {
+    let b = BLOCK_BITS as usize;
+    let lambda = items * b as f64 / bits as f64;
+    if lambda <= 0.0 {
+        return 0.0;
+    }
+    let terms: Vec<(u64, f64)> = poisson_terms(lambda).collect();
+    let k = u64::from(hashes);
+    let max_probes = terms.last().map_or(0, |&(i, _)| i) * k;
+    if max_probes > EXACT_MODEL_MAX_PROBES {
+        return blocked_fpr_mean_fill(bits, hashes, items);
+    }
+    // all_set[x] = (x/B)^k: the chance a new key's k probes all land on the x set bits.
+    let all_set: Vec<f64> = (0..=b)
+        .map(|x| (x as f64 / b as f64).powi(hashes as i32))
+        .collect();
+    let mut set_bits = vec![0.0f64; b + 1]; // P(X = x) after `t` probes
+    set_bits[0] = 1.0;
+    // Only a narrow band of x has any probability: track it, and drop tails below 1e-30.
+    let (mut lo, mut hi) = (0usize, 0usize);
     let mut fpr = 0.0;
-    for i in 0..=last {
-        if i > 0 {
-            ln_pmf += ln_lambda - (i as f64).ln();
+    let mut next = terms.iter().peekable();
+    for t in 0..=max_probes {
+        while let Some(&&(i, pmf)) = next.peek() {
+            if i * k != t {
+                break;
+            }
+            let maybe: f64 = (lo..=hi).map(|x| set_bits[x] * all_set[x]).sum();
+            fpr += pmf * maybe;
+            next.next();
         }
-        let fill = 1.0 - keep.powf(i as f64);
-        fpr += ln_pmf.exp() * fill.powf(k);
+        if next.peek().is_none() {
+            break;
+        }
+        // One more probe: it sets a new bit with probability (B − x)/B.
+        hi = (hi + 1).min(b);
+        for x in (lo.max(1)..=hi).rev() {
+            set_bits[x] = set_bits[x] * (x as f64 / b as f64)
+                + set_bits[x - 1] * ((b - x + 1) as f64 / b as f64);
+        }
+        if lo == 0 {
+            set_bits[0] = 0.0;
+        }
+        while lo < hi && set_bits[lo] < 1e-30 {
+            set_bits[lo] = 0.0;
+            lo += 1;
+        }
+        while hi > lo && set_bits[hi] < 1e-30 {
+            set_bits[hi] = 0.0;
+            hi -= 1;
+        }
     }
     fpr.min(1.0)
 }
@@ -175,20 +303,39 @@ pub(crate) fn optimal_hashes(layout: Layout, bits: u64, n: u64) -> u32 {
             let k = (bits as f64 / n as f64) * std::f64::consts::LN_2;
             k.round().clamp(1.0, MAX_HASHES as f64) as u32
         }
-        Layout::Blocked => best_blocked_hashes(bits, n).0,
+        Layout::Blocked => best_blocked_hashes_exact(bits, n).0,
     }
 }
 
 /// The `k` minimising the Blocked FPR for `bits` and `items`, with that FPR.
 fn best_blocked_hashes(bits: u64, items: u64) -> (u32, f64) {
     let n = items as f64;
-    let mut best = (1, blocked_fpr(bits, 1, n));
+    let mut best = (1, blocked_fpr_mean_fill(bits, 1, n));
     for k in 2..=MAX_HASHES {
-        let fpr = blocked_fpr(bits, k, n);
-        if fpr < best.1 {
-            best = (k, fpr);
-        } else if fpr > best.1 * 1.5 {
-            break; // convex in k: past the minimum it only grows
+        let fpr = blocked_fpr_mean_fill(bits, k, n);
+        if fpr >= best.1 {
+            break; // unimodal in k: past the minimum it only grows
+        }
+        best = (k, fpr);
+    }
+    best
+}
+
+/// The `k` minimising the exact Blocked FPR, with that FPR: the fast model's best `k` is
+/// within one of it, and the FPR is unimodal in `k`, so walk from there.
+fn best_blocked_hashes_exact(bits: u64, items: u64) -> (u32, f64) {
+    let n = items as f64;
+    let start = best_blocked_hashes(bits, items).0;
+    let mut best = (start, blocked_fpr(bits, start, n));
+    for step in [-1i64, 1] {
+        let mut k = i64::from(best.0) + step;
+        while (1..=i64::from(MAX_HASHES)).contains(&k) {
+            let fpr = blocked_fpr(bits, k as u32, n);
+            if fpr >= best.1 {
+                break;
+            }
+            best = (k as u32, fpr);
+            k += step;
         }
     }
     best

@@ -1,0 +1,602 @@
+//! `bloom-core` against its peers, in the same run: insert, lookup of members (hit) and
+//! non-members (miss), batch lookup, and lookup throughput with 1 and 2 threads.
+//!
+//! Implementations (the function names in each group):
+//! * `bloom-core-blocked`, `bloom-core-classic`: [`bloom_core::BloomFilter`] in each layout;
+//! * `fastbloom`: `fastbloom::AtomicBloomFilter` with its default hasher (SipHash-1-3, random
+//!   key);
+//! * `bloomfilter`: `bloomfilter::Bloom` (two SipHash-1-3, random key).
+//!
+//! Every filter is sized for `n` items at p = 1%, with n = 1M (about 1.2 MB: fits in cache) and,
+//! when `BLOOM_BENCH_LARGE=1`, n = 50M (about 60 MB: out of cache). Keys are `u64` ids and
+//! 24-byte strings `"user:%019d"`, generated before timing and queried in shuffled order from
+//! a pre-generated array walked cyclically, so successive lookups are independent (a
+//! throughput loop, not a latency chain). Groups, named for a table:
+//!
+//! * `insert/{u64,str}/{1M,50M}`: one insert per iteration into a filter that is cleared
+//!   (untimed) each time the shuffled member keys have all been inserted;
+//! * `contains_hit/…`, `contains_miss/…`: one `contains` per iteration on the filter holding
+//!   all `n` members;
+//! * `contains_many_hit/…`, `contains_many_miss/…`: one batch of 1024 keys per iteration
+//!   (throughput in keys): ours through `contains_many` (hashes ahead and prefetches), the
+//!   peers through a loop of `contains` collected into the same `Vec<bool>`;
+//! * `contains_threads/…`: `bloom-core-blocked-1t` / `-2t`, hits looked up by 1 or 2 threads
+//!   sharing one `&BloomFilter`; `time(1t) / time(2t)` is the 2-thread speedup.
+//!
+//! At start the bits per item of each implementation at 1M and 50M are printed to stderr; when
+//! the filled filters are built, the fill time and each one's false-positive rate on the
+//! non-member queries are printed too (and any false negative on the members panics).
+//!
+//! Setup is done before criterion times anything, and only for the key kinds and sizes the
+//! command-line filter can select: the 50M fill takes a minute or more (every insert is a
+//! cache miss; about 100 s on a loaded 2-vCPU VM). Default settings: 1 s warm-up, 2 s
+//! measurement, 30 samples; the 1M-only run takes about 3 minutes.
+//!
+//! Run (from the workspace root):
+//! ```text
+//! cargo bench -p bloom-benches --bench core                                 # 1M only
+//! BLOOM_BENCH_LARGE=1 cargo bench -p bloom-benches --bench core             # 1M and 50M
+//! cargo bench -p bloom-benches --bench core -- 'contains_hit/u64' --quick  # a subset
+//! ```
+//! Results: `target/criterion/<group with '/' as '_'>/<function>/new/estimates.json`, e.g.
+//! `target/criterion/contains_hit_u64_1M/fastbloom/new/estimates.json` (nanoseconds per
+//! iteration: per key, except per 1024-key batch in the `contains_many_*` groups).
+
+use std::cell::OnceCell;
+use std::hash::Hash;
+use std::hint::black_box;
+use std::ops::Range;
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use bloom_benches::{
+    BATCH, FPR, KeySet, LARGE, SMALL, STR_KEY_LEN, StrKeys, U64Keys, filter_may_select, query_ids,
+    size_label, sizes, write_str_key,
+};
+use bloom_core::{BloomFilter, Key, Layout};
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
+
+/// One Bloom filter implementation, seen through what the benchmarks need. (What `insert`
+/// returns differs between the crates; the benchmarks only feed it to `black_box`.)
+trait Filter<Q: ?Sized> {
+    fn insert(&mut self, key: &Q) -> bool;
+    fn contains(&self, key: &Q) -> bool;
+    /// The implementation's batch lookup, or a loop of `contains` if it has none.
+    fn contains_batch<'a>(&self, keys: impl Iterator<Item = &'a Q>) -> Vec<bool>
+    where
+        Q: 'a;
+    fn clear(&mut self);
+    fn bits(&self) -> u64;
+    fn hashes(&self) -> u32;
+}
+
+impl<Q: ?Sized + Key> Filter<Q> for BloomFilter {
+    #[inline(always)]
+    fn insert(&mut self, key: &Q) -> bool {
+        BloomFilter::insert(self, key)
+    }
+    #[inline(always)]
+    fn contains(&self, key: &Q) -> bool {
+        BloomFilter::contains(self, key)
+    }
+    #[inline(always)]
+    fn contains_batch<'a>(&self, keys: impl Iterator<Item = &'a Q>) -> Vec<bool>
+    where
+        Q: 'a,
+    {
+        self.contains_many(keys)
+    }
+    fn clear(&mut self) {
+        BloomFilter::clear(self);
+    }
+    fn bits(&self) -> u64 {
+        self.num_bits()
+    }
+    fn hashes(&self) -> u32 {
+        self.num_hashes()
+    }
+}
+
+impl<Q: ?Sized + Hash> Filter<Q> for fastbloom::AtomicBloomFilter {
+    #[inline(always)]
+    fn insert(&mut self, key: &Q) -> bool {
+        fastbloom::AtomicBloomFilter::insert(self, key)
+    }
+    #[inline(always)]
+    fn contains(&self, key: &Q) -> bool {
+        fastbloom::AtomicBloomFilter::contains(self, key)
+    }
+    #[inline(always)]
+    fn contains_batch<'a>(&self, keys: impl Iterator<Item = &'a Q>) -> Vec<bool>
+    where
+        Q: 'a,
+    {
+        keys.map(|k| fastbloom::AtomicBloomFilter::contains(self, k))
+            .collect()
+    }
+    fn clear(&mut self) {
+        fastbloom::AtomicBloomFilter::clear(self);
+    }
+    fn bits(&self) -> u64 {
+        self.num_bits() as u64
+    }
+    fn hashes(&self) -> u32 {
+        self.num_hashes()
+    }
+}
+
+impl<Q: ?Sized + Hash> Filter<Q> for bloomfilter::Bloom<Q> {
+    #[inline(always)]
+    fn insert(&mut self, key: &Q) -> bool {
+        !self.check_and_set(key)
+    }
+    #[inline(always)]
+    fn contains(&self, key: &Q) -> bool {
+        self.check(key)
+    }
+    #[inline(always)]
+    fn contains_batch<'a>(&self, keys: impl Iterator<Item = &'a Q>) -> Vec<bool>
+    where
+        Q: 'a,
+    {
+        keys.map(|k| self.check(k)).collect()
+    }
+    fn clear(&mut self) {
+        bloomfilter::Bloom::clear(self);
+    }
+    fn bits(&self) -> u64 {
+        self.len()
+    }
+    fn hashes(&self) -> u32 {
+        self.number_of_hash_functions()
+    }
+}
+
+/// Our filter in `layout`, sized for `n` items at [`FPR`], with a random hash key.
+fn ours(n: u64, layout: Layout) -> BloomFilter {
+    BloomFilter::builder()
+        .expected_items(n)
+        .false_positive_rate(FPR)
+        .layout(layout)
+        .build()
+        .expect("valid parameters")
+}
+
+fn fastbloom_filter(n: u64) -> fastbloom::AtomicBloomFilter {
+    fastbloom::AtomicBloomFilter::with_false_pos(FPR).expected_items(n as usize)
+}
+
+fn bloomfilter_filter<Q: ?Sized>(n: u64) -> bloomfilter::Bloom<Q> {
+    bloomfilter::Bloom::new_for_fp_rate(n as usize, FPR).expect("valid parameters")
+}
+
+/// The four implementations, each sized for `n` items at [`FPR`], with random hash keys.
+struct Filters<Q: ?Sized> {
+    blocked: BloomFilter,
+    classic: BloomFilter,
+    fastbloom: fastbloom::AtomicBloomFilter,
+    bloomfilter: bloomfilter::Bloom<Q>,
+}
+
+impl<Q: ?Sized + Key + Hash> Filters<Q> {
+    /// All four, holding the members `0..n`, the keys generated on the fly (never all held
+    /// at once). Out of cache every insert is a cache miss and a serial fill of 50M keys takes
+    /// minutes, so two threads share the work: `bloomfilter` (the slowest, and it needs
+    /// `&mut`) with a quarter of `fastbloom`, and ours (through the prefetching `insert_many`)
+    /// with the rest of `fastbloom`.
+    fn filled<S: BulkKeys<Key = Q>>(n: u64) -> Self
+    where
+        Q: Send + Sync,
+    {
+        let mut f = Self {
+            blocked: ours(n, Layout::Blocked),
+            classic: ours(n, Layout::Classic),
+            fastbloom: fastbloom_filter(n),
+            bloomfilter: bloomfilter_filter(n),
+        };
+        let (blocked, classic, fastbloom) = (&f.blocked, &f.classic, &f.fastbloom);
+        let bloom = &mut f.bloomfilter;
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                S::for_each_key(0..n, |k| bloom.set(k));
+                S::for_each_key(0..n / 4, |k| {
+                    fastbloom.insert(k);
+                });
+            });
+            S::insert_many(blocked, 0..n);
+            S::insert_many(classic, 0..n);
+            S::for_each_key(n / 4..n, |k| {
+                fastbloom.insert(k);
+            });
+        });
+        f
+    }
+}
+
+/// Bulk insertion into our filter through `insert_many` (which prefetches), for the fill.
+trait BulkKeys: KeySet {
+    fn insert_many(f: &BloomFilter, ids: Range<u64>);
+}
+
+impl BulkKeys for U64Keys {
+    fn insert_many(f: &BloomFilter, ids: Range<u64>) {
+        f.insert_many(ids);
+    }
+}
+
+impl BulkKeys for StrKeys {
+    fn insert_many(f: &BloomFilter, ids: Range<u64>) {
+        f.insert_many(ids.map(|id| {
+            let mut key = String::with_capacity(STR_KEY_LEN);
+            write_str_key(&mut key, id);
+            key
+        }));
+    }
+}
+
+/// Something done to every implementation, generic over the filter type so that nothing in
+/// the timed loops goes through a vtable.
+trait Visit<Q: ?Sized> {
+    /// `make(n)` builds an empty filter of this implementation; `pick` finds it in [`Filters`].
+    fn visit<F: Filter<Q>>(
+        &mut self,
+        name: &'static str,
+        make: fn(u64) -> F,
+        pick: fn(&Filters<Q>) -> &F,
+    );
+}
+
+/// Calls `v` on each implementation, under its benchmark name.
+fn each_impl<Q: ?Sized + Key + Hash>(v: &mut impl Visit<Q>) {
+    v.visit(
+        "bloom-core-blocked",
+        |n| ours(n, Layout::Blocked),
+        |f| &f.blocked,
+    );
+    v.visit(
+        "bloom-core-classic",
+        |n| ours(n, Layout::Classic),
+        |f| &f.classic,
+    );
+    v.visit("fastbloom", fastbloom_filter, |f| &f.fastbloom);
+    v.visit("bloomfilter", bloomfilter_filter, |f| &f.bloomfilter);
+}
+
+/// Prints each implementation's bits per item and `k` at `n`.
+struct Memory(u64);
+
+impl<Q: ?Sized> Visit<Q> for Memory {
+    fn visit<F: Filter<Q>>(
+        &mut self,
+        name: &'static str,
+        make: fn(u64) -> F,
+        _: fn(&Filters<Q>) -> &F,
+    ) {
+        let f = make(self.0);
+        eprint!(
+            " {name} {:.2} bits/item (k = {});",
+            f.bits() as f64 / self.0 as f64,
+            f.hashes()
+        );
+    }
+}
+
+/// The query keys for a filter of `n` members, in shuffled order.
+struct Queries<S> {
+    members: S,
+    non_members: S,
+}
+
+/// What the benchmarks of one key kind and size share: the query keys and the filled filters,
+/// each built once, and only if some selected benchmark needs it (see [`bench_kind`]).
+struct Setup<S: BulkKeys> {
+    n: u64,
+    queries: OnceCell<Queries<S>>,
+    filled: OnceCell<Filters<S::Key>>,
+}
+
+impl<S: BulkKeys> Setup<S>
+where
+    S::Key: Key + Hash,
+{
+    fn new(n: u64) -> Self {
+        Self {
+            n,
+            queries: OnceCell::new(),
+            filled: OnceCell::new(),
+        }
+    }
+
+    fn label(&self) -> String {
+        format!("{}/{}", S::NAME, size_label(self.n))
+    }
+
+    fn queries(&self) -> &Queries<S> {
+        self.queries.get_or_init(|| {
+            let t = Instant::now();
+            let (members, non_members) = query_ids(self.n, 0x5eed ^ self.n);
+            let q = Queries {
+                members: S::from_ids(&members),
+                non_members: S::from_ids(&non_members),
+            };
+            eprintln!(
+                "[setup {}] {} shuffled member and {} non-member query keys in {:.2?}",
+                self.label(),
+                q.members.len(),
+                q.non_members.len(),
+                t.elapsed()
+            );
+            q
+        })
+    }
+
+    /// The four filters holding all `n` members. Checks, untimed, that every member query is
+    /// found and prints the false-positive rate measured on the non-member queries.
+    fn filled(&self) -> &Filters<S::Key> {
+        self.filled.get_or_init(|| {
+            let q = self.queries();
+            let t = Instant::now();
+            let f = Filters::filled::<S>(self.n);
+            eprint!(
+                "[setup {}] filled the 4 filters with {} keys in {:.2?}; FPR:",
+                self.label(),
+                self.n,
+                t.elapsed()
+            );
+            each_impl(&mut Check { q, f: &f });
+            eprintln!();
+            f
+        })
+    }
+}
+
+/// Counts the hits on members (must be all) and non-members (the false-positive rate).
+struct Check<'a, S: KeySet> {
+    q: &'a Queries<S>,
+    f: &'a Filters<S::Key>,
+}
+
+impl<S: KeySet> Visit<S::Key> for Check<'_, S> {
+    fn visit<F: Filter<S::Key>>(
+        &mut self,
+        name: &'static str,
+        _: fn(u64) -> F,
+        pick: fn(&Filters<S::Key>) -> &F,
+    ) {
+        let f = pick(self.f);
+        let count = |keys: &S| (0..keys.len()).filter(|&i| f.contains(keys.get(i))).count();
+        let hits = count(&self.q.members);
+        assert_eq!(hits, self.q.members.len(), "{name}: false negatives");
+        let false_pos = count(&self.q.non_members);
+        eprint!(
+            " {name} {:.4};",
+            false_pos as f64 / self.q.non_members.len() as f64
+        );
+    }
+}
+
+/// Which benchmark a [`Bench`] visitor registers.
+#[derive(Clone, Copy)]
+enum Op {
+    Insert,
+    ContainsHit,
+    ContainsMiss,
+    ManyHit,
+    ManyMiss,
+}
+
+/// Registers `op` for every implementation in `group`.
+struct Bench<'a, 'g, S: BulkKeys> {
+    group: &'a mut BenchmarkGroup<'g, WallTime>,
+    setup: &'a Setup<S>,
+    op: Op,
+    /// Build the insert benchmarks' empty filters before criterion starts timing (see
+    /// [`bench_kind`]); otherwise they are built on first use.
+    eager: bool,
+}
+
+impl<S: BulkKeys> Visit<S::Key> for Bench<'_, '_, S>
+where
+    S::Key: Key + Hash,
+{
+    fn visit<F: Filter<S::Key>>(
+        &mut self,
+        name: &'static str,
+        make: fn(u64) -> F,
+        pick: fn(&Filters<S::Key>) -> &F,
+    ) {
+        let setup = self.setup;
+        // Positions persist across criterion's calls of the closure, so warm-up and samples
+        // keep walking the keys instead of restarting on the same (cached) first ones.
+        let mut i = 0;
+        match self.op {
+            Op::Insert => {
+                // An empty filter, built only if this benchmark may be selected. It is cleared
+                // (untimed) after each pass over the member keys, so inserts see fills from
+                // empty to the number of keys and always do the work of adding a new key.
+                let mut fresh: Option<F> = self.eager.then(|| make(setup.n));
+                self.group.bench_function(name, |b| {
+                    let keys = &setup.queries().members;
+                    let f = fresh.get_or_insert_with(|| make(setup.n));
+                    b.iter_custom(|iters| {
+                        let mut timed = Duration::ZERO;
+                        let mut left = iters;
+                        while left > 0 {
+                            if i == keys.len() {
+                                f.clear();
+                                i = 0;
+                            }
+                            let chunk = left.min((keys.len() - i) as u64) as usize;
+                            let start = Instant::now();
+                            for j in i..i + chunk {
+                                black_box(f.insert(keys.get(j)));
+                            }
+                            timed += start.elapsed();
+                            i += chunk;
+                            left -= chunk as u64;
+                        }
+                        timed
+                    });
+                });
+            }
+            Op::ContainsHit | Op::ContainsMiss => {
+                self.group.bench_function(name, |b| {
+                    let q = setup.queries();
+                    let keys = match self.op {
+                        Op::ContainsHit => &q.members,
+                        _ => &q.non_members,
+                    };
+                    let f = pick(setup.filled());
+                    b.iter(|| {
+                        let found = f.contains(keys.get(i));
+                        i += 1;
+                        if i == keys.len() {
+                            i = 0;
+                        }
+                        found
+                    });
+                });
+            }
+            Op::ManyHit | Op::ManyMiss => {
+                self.group.bench_function(name, |b| {
+                    let q = setup.queries();
+                    let keys = match self.op {
+                        Op::ManyHit => &q.members,
+                        _ => &q.non_members,
+                    };
+                    let f = pick(setup.filled());
+                    b.iter(|| {
+                        let found = f.contains_batch((i..i + BATCH).map(|j| keys.get(j)));
+                        i += BATCH;
+                        if i == keys.len() {
+                            i = 0;
+                        }
+                        found
+                    });
+                });
+            }
+        }
+    }
+}
+
+/// `iters` lookups of `keys` shared among `threads` threads on one `&BloomFilter`: the wall
+/// time from the first thread's start to the last one's end (thread spawns excluded).
+fn threaded_contains<S: KeySet>(f: &BloomFilter, keys: &S, threads: usize, iters: u64) -> Duration
+where
+    S::Key: Key,
+{
+    let barrier = &Barrier::new(threads);
+    let spans: Vec<(Instant, Instant)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let share = iters / threads as u64 + u64::from((t as u64) < iters % threads as u64);
+                s.spawn(move || {
+                    let mut i = t * keys.len() / threads;
+                    let mut found = 0u64;
+                    barrier.wait();
+                    let start = Instant::now();
+                    for _ in 0..share {
+                        found += u64::from(f.contains(keys.get(i)));
+                        i += 1;
+                        if i == keys.len() {
+                            i = 0;
+                        }
+                    }
+                    black_box(found);
+                    (start, Instant::now())
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("lookup thread panicked"))
+            .collect()
+    });
+    let start = spans.iter().map(|s| s.0).min().expect("one thread or more");
+    let end = spans.iter().map(|s| s.1).max().expect("one thread or more");
+    end - start
+}
+
+/// Every group for one key kind and size.
+fn bench_kind<S: BulkKeys>(c: &mut Criterion, n: u64)
+where
+    S::Key: Key + Hash,
+{
+    let setup = Setup::<S>::new(n);
+    // Build the shared setup now, before criterion times anything, if the command-line filter
+    // may select a benchmark that needs it. Built lazily inside the first benchmark instead,
+    // it would count against `--quick` mode's time budget (which has no warm-up) and leave
+    // that benchmark measured over a handful of cold iterations.
+    let label = size_label(n);
+    let all_labels = [SMALL, LARGE].map(size_label);
+    let other_sizes: Vec<&str> = all_labels
+        .iter()
+        .map(String::as_str)
+        .filter(|l| *l != label)
+        .collect();
+    let other_kinds: Vec<&str> = [U64Keys::NAME, StrKeys::NAME]
+        .into_iter()
+        .filter(|k| *k != S::NAME)
+        .collect();
+    let here = filter_may_select(S::NAME, &other_kinds) && filter_may_select(&label, &other_sizes);
+    if here {
+        if filter_may_select("contains", &["insert"]) {
+            setup.filled();
+        } else {
+            setup.queries();
+        }
+    }
+    let eager_insert = here && filter_may_select("insert", &["contains"]);
+    for (op, name, elements) in [
+        (Op::Insert, "insert", 1),
+        (Op::ContainsHit, "contains_hit", 1),
+        (Op::ContainsMiss, "contains_miss", 1),
+        (Op::ManyHit, "contains_many_hit", BATCH as u64),
+        (Op::ManyMiss, "contains_many_miss", BATCH as u64),
+    ] {
+        let mut group = c.benchmark_group(format!("{name}/{}", setup.label()));
+        group.throughput(Throughput::Elements(elements));
+        each_impl(&mut Bench {
+            group: &mut group,
+            setup: &setup,
+            op,
+            eager: eager_insert,
+        });
+        group.finish();
+    }
+
+    let mut group = c.benchmark_group(format!("contains_threads/{}", setup.label()));
+    group.throughput(Throughput::Elements(1));
+    for threads in [1, 2] {
+        group.bench_function(format!("bloom-core-blocked-{threads}t"), |b| {
+            let keys = &setup.queries().members;
+            let f = &setup.filled().blocked;
+            b.iter_custom(|iters| threaded_contains(f, keys, threads, iters));
+        });
+    }
+    group.finish();
+}
+
+fn benches(c: &mut Criterion) {
+    eprintln!("[memory] bits per item at p = {FPR}:");
+    for n in [SMALL, LARGE] {
+        eprint!("  n = {}:", size_label(n));
+        each_impl::<u64>(&mut Memory(n));
+        eprintln!();
+    }
+    for n in sizes() {
+        bench_kind::<U64Keys>(c, n);
+        bench_kind::<StrKeys>(c, n);
+    }
+}
+
+criterion_group! {
+    name = core;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(30);
+    targets = benches
+}
+criterion_main!(core);
