@@ -409,3 +409,37 @@ fn stats_by_name_fp(
         _ => 0,
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_arriving_while_a_load_finishes_do_not_load_again() {
+    // Unlike the test above, callers keep arriving while the load completes: one that misses
+    // the cache just before the leader caches its value, and joins just after the leader left
+    // the table, must find the value rather than start a second load.
+    for round in 0..500u64 {
+        let (_, cache) = cache_with([round]);
+        let runs = Arc::new(AtomicUsize::new(0));
+        let tasks: Vec<_> = (0..1_000)
+            .map(|_| {
+                let (cache, runs) = (cache.clone(), runs.clone());
+                tokio::spawn(async move {
+                    cache
+                        .get_or_load(&round, |id| async move {
+                            runs.fetch_add(1, Ordering::SeqCst);
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                            Ok::<_, DbDown>(Some(format!("user {id}")))
+                        })
+                        .await
+                })
+            })
+            .collect();
+        for t in tasks {
+            assert_eq!(t.await.unwrap().unwrap(), Some(format!("user {round}")));
+        }
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            1,
+            "round {round}: the key was loaded more than once"
+        );
+        assert_eq!(cache.loads_in_flight(), 0);
+    }
+}

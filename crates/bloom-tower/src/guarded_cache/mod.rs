@@ -246,20 +246,18 @@ where
         let flight_key = (key.clone(), TypeId::of::<E>());
         let flight = loop {
             if let Some(entry) = inner.cache.get(key).await {
-                return Ok(match entry {
-                    Some(value) => {
-                        inner.counters.hits();
-                        Some(value)
-                    }
-                    None => {
-                        inner.counters.negative_hits();
-                        inner.counters.false_positives();
-                        None
-                    }
-                });
+                return Ok(self.served_from_cache(entry));
             }
             match inner.flights.join(&flight_key) {
-                Role::Leader(flight) => break flight,
+                Role::Leader(flight) => {
+                    // A load that finished between our cache miss and `join` cached its
+                    // outcome before leaving the table: read it instead of loading again.
+                    if let Some(entry) = inner.cache.get(key).await {
+                        flight.complete(Ok(entry.clone()));
+                        return Ok(self.served_from_cache(entry));
+                    }
+                    break flight;
+                }
                 Role::Waiter(slot) => {
                     inner.counters.coalesced_waiters();
                     match wait(slot).await {
@@ -296,6 +294,22 @@ where
         }
         flight.complete(outcome.clone().map_err(ErasedError::erase));
         outcome
+    }
+
+    /// Counts a lookup answered by the cache: a value, or a negative entry.
+    fn served_from_cache(&self, entry: Option<V>) -> Option<V> {
+        let counters = &self.inner.counters;
+        match entry {
+            Some(value) => {
+                counters.hits();
+                Some(value)
+            }
+            None => {
+                counters.negative_hits();
+                counters.false_positives();
+                None
+            }
+        }
     }
 
     async fn run_load<F, Fut, E>(&self, key: K, load: F) -> Result<Option<V>, LoadError<E>>

@@ -106,15 +106,18 @@ where
 async fn next_step<'a>(store: &'a Store, key: &Bytes) -> Next<'a> {
     loop {
         if let Some(cached) = store.cache.get(key).await {
-            store.counters.count(if cached.is_not_found() {
-                Event::NegativeHit
-            } else {
-                Event::Hit
-            });
-            return Next::Serve(cached);
+            return Next::Serve(count_hit(store, cached));
         }
         match store.flights.join(key) {
-            Role::Leader(flight) => return Next::Lead(flight),
+            Role::Leader(flight) => {
+                // A load that finished between our cache miss and `join` cached its response
+                // before leaving the table: serve that instead of loading again.
+                if let Some(cached) = store.cache.get(key).await {
+                    flight.complete(Shared::Response(Arc::clone(&cached)));
+                    return Next::Serve(count_hit(store, cached));
+                }
+                return Next::Lead(flight);
+            }
             Role::Waiter(slot) => {
                 store.counters.count(Event::Coalesced);
                 match wait(slot).await {
@@ -125,6 +128,16 @@ async fn next_step<'a>(store: &'a Store, key: &Bytes) -> Next<'a> {
             }
         }
     }
+}
+
+fn count_hit(store: &Store, cached: Arc<CachedResponse>) -> Arc<CachedResponse> {
+    let event = if cached.is_not_found() {
+        Event::NegativeHit
+    } else {
+        Event::Hit
+    };
+    store.counters.count(event);
+    cached
 }
 
 async fn pass_through<S, ReqBody, ResBody>(

@@ -1,0 +1,209 @@
+//! What `GuardedCache` costs, and what its per-key coalescing saves.
+//!
+//! * `cache_hit/{moka_get,guarded_get_or_load}`: a hit on one of 10,000 hot keys, through a
+//!   bare `moka::future::Cache::get` and through `GuardedCache::get_or_load` (filter lookup,
+//!   then the same moka get). Target: guarded ≤ 1.2 × bare moka.
+//! * `stampede/{one_load,1000_waiters_one_key}`: a cold key whose loader takes 1 ms (a
+//!   database round trip): one caller alone, and 1,000 concurrent callers on a fresh cache.
+//!   With coalescing the 1,000 cost about one load, not 1,000 (or 1,000 / pool size).
+//! * `hot_keys_threads/{1,2}`: throughput of hits on 10,000 hot keys from 1 and 2 threads
+//!   (a multi-thread Tokio runtime with that many workers, each worker looping over keys).
+//!
+//! Run: `cargo bench -p bloom-benches --bench cache`.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bloom_tower::{BloomFilter, GuardedCache, SharedFilter};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+
+const HOT_KEYS: u64 = 10_000;
+
+#[derive(Debug)]
+struct NeverFails;
+
+type Value = Arc<str>;
+
+fn filter() -> SharedFilter {
+    let filter = BloomFilter::builder()
+        .expected_items(1_000_000)
+        .false_positive_rate(0.01)
+        .seed(7)
+        .build()
+        .unwrap();
+    filter.insert_many(0..1_000_000u64);
+    SharedFilter::new(filter)
+}
+
+fn guarded(filter: SharedFilter) -> GuardedCache<u64, Value> {
+    GuardedCache::builder(filter)
+        .max_capacity(100_000)
+        .time_to_live(Duration::from_secs(3600))
+        .build()
+}
+
+async fn load(id: u64) -> Result<Option<Value>, NeverFails> {
+    Ok(Some(Arc::from(format!("user {id}"))))
+}
+
+fn runtime(workers: usize) -> tokio::runtime::Runtime {
+    if workers == 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+}
+
+fn cache_hit(c: &mut Criterion) {
+    let rt = runtime(1);
+    let cache = guarded(filter());
+    let moka: moka::future::Cache<u64, Value> =
+        moka::future::Cache::builder().max_capacity(100_000).build();
+    rt.block_on(async {
+        for id in 0..HOT_KEYS {
+            cache.get_or_load(&id, load).await.unwrap();
+            moka.insert(id, Arc::from(format!("user {id}"))).await;
+        }
+    });
+    let mut group = c.benchmark_group("cache_hit");
+    let mut i = 0u64;
+    group.bench_function("moka_get", |b| {
+        b.to_async(&rt).iter(|| {
+            i = (i + 7_919) % HOT_KEYS;
+            let moka = &moka;
+            async move { black_box(moka.get(&i).await) }
+        })
+    });
+    group.bench_function("guarded_get_or_load", |b| {
+        b.to_async(&rt).iter(|| {
+            i = (i + 7_919) % HOT_KEYS;
+            let cache = &cache;
+            async move { black_box(cache.get_or_load(&i, load).await.unwrap()) }
+        })
+    });
+    group.finish();
+    assert_eq!(
+        cache.stats().loads,
+        HOT_KEYS,
+        "every timed lookup was a hit"
+    );
+}
+
+/// A loader that takes as long as a database round trip.
+async fn slow_load(id: u64) -> Result<Option<Value>, NeverFails> {
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    load(id).await
+}
+
+fn stampede(c: &mut Criterion) {
+    let rt = runtime(2);
+    let filter = filter();
+    let mut group = c.benchmark_group("stampede");
+    group.sample_size(20);
+    group.bench_function("one_load", |b| {
+        b.to_async(&rt).iter_custom(|iters| {
+            let filter = filter.clone();
+            async move {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let cache = guarded(filter.clone());
+                    let start = Instant::now();
+                    black_box(cache.get_or_load(&42, slow_load).await.unwrap());
+                    total += start.elapsed();
+                }
+                total
+            }
+        })
+    });
+    group.bench_function("1000_waiters_one_key", |b| {
+        b.to_async(&rt).iter_custom(|iters| {
+            let filter = filter.clone();
+            async move {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let cache = guarded(filter.clone());
+                    let start = Instant::now();
+                    let tasks: Vec<_> = (0..1_000)
+                        .map(|_| {
+                            let cache = cache.clone();
+                            tokio::spawn(
+                                async move { cache.get_or_load(&42, slow_load).await.unwrap() },
+                            )
+                        })
+                        .collect();
+                    for t in tasks {
+                        black_box(t.await.unwrap());
+                    }
+                    total += start.elapsed();
+                    assert_eq!(cache.stats().loads, 1, "the stampede ran one load");
+                }
+                total
+            }
+        })
+    });
+    group.finish();
+}
+
+fn hot_keys_threads(c: &mut Criterion) {
+    const PER_WORKER: u64 = 20_000;
+    let mut group = c.benchmark_group("hot_keys_threads");
+    for workers in [1usize, 2] {
+        let rt = runtime(workers);
+        let cache = guarded(filter());
+        rt.block_on(async {
+            for id in 0..HOT_KEYS {
+                cache.get_or_load(&id, load).await.unwrap();
+            }
+        });
+        group.throughput(Throughput::Elements(PER_WORKER * workers as u64));
+        group.bench_function(workers.to_string(), |b| {
+            b.to_async(&rt).iter_custom(|iters| {
+                let cache = cache.clone();
+                async move {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        let tasks: Vec<_> = (0..workers as u64)
+                            .map(|w| {
+                                let cache = cache.clone();
+                                tokio::spawn(async move {
+                                    let mut key = w * 4_999;
+                                    for _ in 0..PER_WORKER {
+                                        key = (key + 7_919) % HOT_KEYS;
+                                        black_box(cache.get_or_load(&key, load).await.unwrap());
+                                    }
+                                })
+                            })
+                            .collect();
+                        for t in tasks {
+                            t.await.unwrap();
+                        }
+                    }
+                    start.elapsed()
+                }
+            })
+        });
+    }
+    group.finish();
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .measurement_time(Duration::from_secs(2))
+        .warm_up_time(Duration::from_secs(1))
+        .sample_size(30)
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = cache_hit, stampede, hot_keys_threads
+}
+criterion_main!(benches);
