@@ -18,9 +18,6 @@ use crate::cmd::{STDOUT_BUFFER, raw_stdout, stdout_failed};
 use crate::input::{Lines, stdin_reader};
 use crate::output::AtomicFile;
 
-/// Lines looked up ahead of their inserts. Their cache lines must still be cached when the
-/// inserts come: 512 lines are 32 KiB of filter and 512 pages for the TLB.
-
 /// De-duplicate lines: copy each line of standard input to standard output the first time it
 /// is (probably) seen.
 ///

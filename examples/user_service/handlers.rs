@@ -1,0 +1,159 @@
+//! The route handlers.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bloom_tower::LoadError;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{App, metrics as names};
+
+/// `POST /users` body.
+#[derive(Debug, Deserialize)]
+pub(super) struct NewUser {
+    name: String,
+    email: String,
+}
+
+/// `404 {"error": "no such user"}`: for ids the filter rejects and ids the database lacks.
+pub(super) fn not_found() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        Json(json!({ "error": "no such user" })),
+    )
+        .into_response()
+}
+
+fn internal(error: impl std::fmt::Display) -> Response {
+    tracing::error!(%error, "request failed");
+    (
+        StatusCode::INTERNAL_SERVER_ERROR,
+        Json(json!({ "error": "internal error" })),
+    )
+        .into_response()
+}
+
+/// `GET /users/{id}`. Guarded: the guard has already stopped ids the filter has never seen;
+/// the rest go through the cache (one database load per id at a time, "not found" cached
+/// for `negative_ttl`). Unguarded: straight to the database.
+pub(super) async fn get_user(State(app): State<App>, Path(id): Path<u64>) -> Response {
+    let db = app.db().clone();
+    let found = match app.cache() {
+        Some(cache) => {
+            match cache
+                .get_or_load(&id, move |id| async move { db.find_user(id).await })
+                .await
+            {
+                Ok(found) => found,
+                Err(LoadError::Timeout(_)) => {
+                    return (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        Json(json!({ "error": "database timeout" })),
+                    )
+                        .into_response();
+                }
+                Err(error) => return internal(error),
+            }
+        }
+        None => match db.find_user(id).await {
+            Ok(found) => found,
+            Err(error) => return internal(error),
+        },
+    };
+    match found {
+        Some(user) => Json(user).into_response(),
+        None => not_found(),
+    }
+}
+
+/// `POST /users` `{"name", "email"}` → `201 Created` with the user.
+///
+/// The order is what keeps the guard from ever rejecting a user that exists:
+/// 1. allocate the id (so it is known before the row exists);
+/// 2. insert it into the Bloom filter, **before** the row becomes visible: from the moment
+///    any reader can find the row, the guard lets its id through;
+/// 3. `INSERT` the row (auto-commit: visible to every reader once it returns);
+/// 4. `insert_and_invalidate`: insert into the filter again (a rebuild whose `SELECT id`
+///    ran between 2 and 3 did not see the row; this second insert reaches the filter it is
+///    building, or the one it swapped in) and drop any "not found" a lookup cached between
+///    2 and 3, so the very next `GET` finds the user.
+pub(super) async fn create_user(State(app): State<App>, Json(new): Json<NewUser>) -> Response {
+    let (name, email) = (new.name.trim(), new.email.trim());
+    if name.is_empty() || !email.contains('@') {
+        return (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Json(json!({ "error": "name must not be empty and email must contain '@'" })),
+        )
+            .into_response();
+    }
+    let db = app.db();
+    let id = db.allocate_id();
+    if let Some(filter) = app.filter() {
+        filter.insert(&id);
+    }
+    let user = match db.insert_user(id, name, email).await {
+        Ok(user) => user,
+        // The id stays in the filter: a harmless false positive until the next rebuild.
+        Err(error) => return internal(format!("{error:#}")),
+    };
+    if let Some(cache) = app.cache() {
+        cache.insert_and_invalidate(&id).await;
+    }
+    (
+        StatusCode::CREATED,
+        [(header::LOCATION, format!("/users/{id}"))],
+        Json(user),
+    )
+        .into_response()
+}
+
+/// `DELETE /users/{id}` → `204`, or `404`. The id stays in the filter until the next
+/// rebuild (a Bloom filter cannot forget), which costs one database lookup per cache
+/// expiry, then a negative-cache entry.
+pub(super) async fn delete_user(State(app): State<App>, Path(id): Path<u64>) -> Response {
+    match app.db().delete_user(id).await {
+        Ok(true) => {
+            if let Some(cache) = app.cache() {
+                cache.invalidate(&id).await;
+            }
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Ok(false) => not_found(),
+        Err(error) => internal(error),
+    }
+}
+
+/// `GET /metrics`: refreshes this instance's gauges, then renders the process's registry.
+pub(super) async fn metrics(State(app): State<App>) -> Response {
+    let service = app.config().name.clone();
+    if let Some(filter) = app.filter() {
+        let current = filter.current();
+        let label = [("service", service.clone())];
+        metrics::gauge!(names::FILTER_FILL, &label).set(current.fill_ratio());
+        metrics::gauge!(names::FILTER_ESTIMATED_FPR, &label).set(current.current_fpr());
+        metrics::gauge!(names::FILTER_ESTIMATED_KEYS, &label).set(current.estimated_items());
+        metrics::gauge!(names::FILTER_BYTES, &label).set(current.size_in_bytes() as f64);
+        if let Some(capacity) = current.capacity() {
+            metrics::gauge!(names::FILTER_CAPACITY, &label).set(capacity as f64);
+        }
+        metrics::gauge!(names::MEASURED_FPR, &label).set(app.stats().measured_fpr);
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        names::prometheus().render(),
+    )
+        .into_response()
+}
+
+/// `GET /health`: `ok` when the database answers.
+pub(super) async fn health(State(app): State<App>) -> Response {
+    match app.db().ping().await {
+        Ok(()) => "ok".into_response(),
+        Err(error) => (StatusCode::SERVICE_UNAVAILABLE, error.to_string()).into_response(),
+    }
+}

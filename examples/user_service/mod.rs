@@ -1,0 +1,422 @@
+//! The user service: axum 0.8 over the [`db`](crate::db) layer, guarded by a Bloom filter.
+//!
+//! | route | what it does |
+//! | --- | --- |
+//! | `GET /users/{id}` | `BloomGuard` (route layer) → `GuardedCache` → `SELECT … WHERE id = $1` |
+//! | `DELETE /users/{id}` | deletes the row and forgets the cached user |
+//! | `POST /users` | `{"name", "email"}` → `201` with the user; the id is in the filter before the row is visible |
+//! | `GET /metrics` | Prometheus text: guard, cache, filter and database counters, live FPR, fill |
+//! | `GET /health` | `ok` when the database answers |
+//!
+//! Start it with [`App::new`] and [`App::serve`] (or [`spawn`] for a service on
+//! `127.0.0.1:0` you can stop, as the demo and the tests do). The filter comes from the
+//! snapshot `users.bloom` in the data directory if there is one, else from the database
+//! (streamed by [`UserIds`](crate::db::UserIds)); it is rebuilt every
+//! [`Config::rebuild_every`] and saved to the snapshot on graceful shutdown.
+//!
+//! With [`Config::no_guard`] the same routes run with no filter and no cache: every
+//! `GET /users/{id}` is a database query (the demo's baseline).
+
+mod handlers;
+pub mod metrics;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use axum::Router;
+use axum::response::Response;
+use axum::routing::{get, post};
+use bloom_core::BloomFilter;
+use bloom_tower::key::{self, Parse, PathParam};
+use bloom_tower::{BloomGuard, GuardStats, GuardedCache, RebuildTask, RejectedKey, SharedFilter};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::db::{self, Db, User};
+
+/// The service's settings; also its command-line flags (`#[command(flatten)]` them).
+#[derive(Clone, Debug, clap::Args)]
+pub struct Config {
+    /// Name of this instance: the `service`, `guard`, `cache` and `filter` label of its
+    /// metrics (give each instance in one process its own).
+    #[arg(long, default_value = "users")]
+    pub name: String,
+    /// Directory for the SQLite database (`users.sqlite`) and the filter snapshot
+    /// (`users.bloom`).
+    #[arg(long, default_value = "data")]
+    pub data_dir: PathBuf,
+    /// `postgres://…` to use PostgreSQL instead of the embedded SQLite (or `sqlite://…`).
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// Rebuild the filter from the database this often, in seconds (drops deleted ids).
+    #[arg(long = "rebuild-secs", value_name = "SECONDS", default_value = "600", value_parser = parse_secs)]
+    pub rebuild_every: Duration,
+    /// Serve without Bloom filter and cache: every lookup queries the database.
+    #[arg(long)]
+    pub no_guard: bool,
+    /// The filter's target false-positive rate.
+    #[arg(long, default_value_t = 0.01)]
+    pub false_positive_rate: f64,
+    /// Users (and "not found" entries) kept in the cache.
+    #[arg(long, default_value_t = 100_000)]
+    pub cache_capacity: u64,
+    /// How long a "not found" answer is cached, in seconds.
+    #[arg(long = "negative-ttl-secs", value_name = "SECONDS", default_value = "30", value_parser = parse_secs)]
+    pub negative_ttl: Duration,
+    /// Database connections in the pool.
+    #[arg(long, default_value_t = 8)]
+    pub max_connections: u32,
+}
+
+fn parse_secs(text: &str) -> Result<Duration, String> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|secs| secs.is_finite() && *secs > 0.0)
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| format!("expected a positive number of seconds, got {text:?}"))
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            name: "users".into(),
+            data_dir: "data".into(),
+            database_url: None,
+            rebuild_every: Duration::from_secs(600),
+            no_guard: false,
+            false_positive_rate: 0.01,
+            cache_capacity: 100_000,
+            negative_ttl: Duration::from_secs(30),
+            max_connections: 8,
+        }
+    }
+}
+
+impl Config {
+    /// Where the filter snapshot lives: `users.bloom` in the data directory.
+    pub fn snapshot_path(&self) -> PathBuf {
+        self.data_dir.join("users.bloom")
+    }
+
+    /// The database URL: [`database_url`](Self::database_url), or the SQLite file in the
+    /// data directory (created if missing).
+    pub fn resolved_database_url(&self) -> anyhow::Result<String> {
+        match &self.database_url {
+            Some(url) if !url.is_empty() => Ok(url.clone()),
+            _ => db::sqlite_url(&self.data_dir),
+        }
+    }
+}
+
+/// The guard's type: `{id}` parsed as `u64`, absent ids answered by [`no_such_user`].
+type Guard = BloomGuard<Parse<PathParam, u64>, fn(RejectedKey<'_>) -> Response>;
+
+/// The service: database, filter, guard and cache. Cheap to clone (an `Arc`).
+#[derive(Clone)]
+pub struct App {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: Config,
+    db: Db,
+    guarded: Option<Guarded>,
+}
+
+struct Guarded {
+    filter: SharedFilter,
+    guard: Guard,
+    cache: GuardedCache<u64, User>,
+    rebuilds: Mutex<Option<RebuildTask>>,
+}
+
+/// Counters of one service instance, for the demo's table.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ServiceStats {
+    /// Statements sent to the database (lookups, inserts, the filter's rebuild queries…).
+    pub db_queries: u64,
+    /// Lookups that found no row in the database.
+    pub db_misses: u64,
+    /// The guard's counters (zero when unguarded).
+    pub guard: GuardStats,
+    /// Lookups answered from the cache with a user.
+    pub cache_hits: u64,
+    /// Lookups answered from the negative cache.
+    pub negative_hits: u64,
+    /// Loader runs (database lookups made by the cache).
+    pub cache_loads: u64,
+    /// Lookups the filter let through for ids that do not exist.
+    pub false_positives: u64,
+    /// `false_positives / (false_positives + rejected)`, over lookups of absent ids.
+    pub measured_fpr: f64,
+}
+
+impl std::fmt::Debug for App {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("App")
+            .field("name", &self.inner.config.name)
+            .field("guarded", &self.inner.guarded.is_some())
+            .field("db", &self.inner.db)
+            .finish()
+    }
+}
+
+impl App {
+    /// Connects to the database (creating the table), and unless
+    /// [`no_guard`](Config::no_guard) loads the filter from the snapshot or builds it from
+    /// the database, and starts its scheduled rebuilds.
+    pub async fn new(config: Config) -> anyhow::Result<App> {
+        metrics::prometheus();
+        let url = config.resolved_database_url()?;
+        let db = Db::connect(&url, config.max_connections, &config.name).await?;
+        App::with_parts(config, db, None).await
+    }
+
+    /// Assembles the service from a connected database and, for a guarded service, a filter
+    /// that already holds every user id (the demo builds it with a progress bar). With
+    /// `filter` `None` and [`no_guard`](Config::no_guard) off, the filter is loaded or built
+    /// as in [`new`](Self::new).
+    pub async fn with_parts(
+        config: Config,
+        db: Db,
+        filter: Option<SharedFilter>,
+    ) -> anyhow::Result<App> {
+        metrics::prometheus();
+        let guarded = if config.no_guard {
+            None
+        } else {
+            let filter = match filter {
+                Some(filter) => filter,
+                None => load_or_build_filter(&config, &db).await?,
+            };
+            let source = db.user_ids().await.context("counting the users")?;
+            let rebuilds = filter.rebuild_every(config.rebuild_every, source);
+            let guard: Guard = BloomGuard::new(filter.clone(), key::path_param("id").parse())
+                .name(config.name.clone())
+                .on_reject(no_such_user as fn(RejectedKey<'_>) -> Response);
+            let cache = GuardedCache::builder(filter.clone())
+                .name(config.name.clone())
+                .max_capacity(config.cache_capacity)
+                .time_to_live(Duration::from_secs(300))
+                .negative_ttl(config.negative_ttl)
+                .load_timeout(Duration::from_secs(5))
+                .build();
+            Some(Guarded {
+                filter,
+                guard,
+                cache,
+                rebuilds: Mutex::new(Some(rebuilds)),
+            })
+        };
+        Ok(App {
+            inner: Arc::new(Inner {
+                config,
+                db,
+                guarded,
+            }),
+        })
+    }
+
+    /// The axum router: `/users/{id}` (guarded unless `no_guard`), `/users`, `/metrics`,
+    /// `/health`.
+    pub fn router(&self) -> Router {
+        let users = Router::new().route(
+            "/users/{id}",
+            get(handlers::get_user).delete(handlers::delete_user),
+        );
+        // `route_layer`: the guard runs only for requests that matched `/users/{id}`, after
+        // axum stored the path parameters that `key::path_param("id")` reads.
+        let users = match &self.inner.guarded {
+            Some(guarded) => users.route_layer(guarded.guard.clone()),
+            None => users,
+        };
+        Router::new()
+            .merge(users)
+            .route("/users", post(handlers::create_user))
+            .route("/metrics", get(handlers::metrics))
+            .route("/health", get(handlers::health))
+            .with_state(self.clone())
+    }
+
+    /// Serves on `listener` until `shutdown` resolves, then finishes the requests in flight,
+    /// stops the scheduled rebuilds and saves the filter snapshot.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        axum::serve(listener, self.router())
+            .with_graceful_shutdown(shutdown)
+            .await
+            .context("serving")?;
+        self.shutdown().await
+    }
+
+    /// Stops the scheduled rebuilds and saves the filter snapshot (what [`serve`](Self::serve)
+    /// does after the last request). Idempotent.
+    pub async fn shutdown(&self) -> anyhow::Result<()> {
+        if let Some(guarded) = &self.inner.guarded {
+            let task = guarded
+                .rebuilds
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            if let Some(task) = task {
+                task.shutdown().await;
+            }
+            let path = self.inner.config.snapshot_path();
+            guarded
+                .filter
+                .save(&path)
+                .await
+                .with_context(|| format!("saving the filter snapshot {}", path.display()))?;
+            tracing::info!(path = %path.display(), "saved the filter snapshot");
+        }
+        Ok(())
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// The database.
+    pub fn db(&self) -> &Db {
+        &self.inner.db
+    }
+
+    /// The Bloom filter (`None` when unguarded).
+    pub fn filter(&self) -> Option<&SharedFilter> {
+        self.inner.guarded.as_ref().map(|guarded| &guarded.filter)
+    }
+
+    /// The cache (`None` when unguarded).
+    pub fn cache(&self) -> Option<&GuardedCache<u64, User>> {
+        self.inner.guarded.as_ref().map(|guarded| &guarded.cache)
+    }
+
+    /// This instance's counters.
+    pub fn stats(&self) -> ServiceStats {
+        let db = &self.inner.db;
+        let mut stats = ServiceStats {
+            db_queries: db.queries(),
+            db_misses: db.misses(),
+            ..ServiceStats::default()
+        };
+        if let Some(guarded) = &self.inner.guarded {
+            let cache = guarded.cache.stats();
+            stats.guard = guarded.guard.stats();
+            stats.cache_hits = cache.hits;
+            stats.negative_hits = cache.negative_hits;
+            stats.cache_loads = cache.loads;
+            stats.false_positives = cache.false_positives;
+            // The guard stops absent ids before the cache sees them, so the cache's own
+            // rejection count (and its `bloom_cache_measured_fpr`) misses them: count both.
+            let stopped = stats.guard.rejected + cache.filter_rejections;
+            let absent = stopped + cache.false_positives;
+            stats.measured_fpr = if absent == 0 {
+                0.0
+            } else {
+                cache.false_positives as f64 / absent as f64
+            };
+        }
+        stats
+    }
+}
+
+/// The answer for an id the filter has never seen: the same `404` the handler gives for an
+/// id it did not find.
+fn no_such_user(_key: RejectedKey<'_>) -> Response {
+    handlers::not_found()
+}
+
+/// The filter from the snapshot if there is a valid one, else built from the database.
+async fn load_or_build_filter(config: &Config, db: &Db) -> anyhow::Result<SharedFilter> {
+    let builder = || {
+        SharedFilter::builder()
+            .name(config.name.clone())
+            .false_positive_rate(config.false_positive_rate)
+            .auto_grow(true)
+    };
+    let path = config.snapshot_path();
+    if path.exists() {
+        match builder().load(&path).await {
+            Ok(filter) => {
+                tracing::info!(path = %path.display(), "loaded the filter snapshot");
+                return Ok(filter);
+            }
+            Err(error) => tracing::warn!(
+                path = %path.display(),
+                %error,
+                "cannot use the filter snapshot; building the filter from the database"
+            ),
+        }
+    }
+    let source = db.user_ids().await.context("counting the users")?;
+    // Tiny: `reload_from` sizes the filter it builds for the source's count hint + 25%.
+    let filter = builder().build(BloomFilter::new(1_000, config.false_positive_rate)?);
+    let reloaded = filter
+        .reload_from(&source)
+        .await
+        .context("building the filter from the database")?;
+    tracing::info!(?reloaded, "built the filter from the database");
+    Ok(filter)
+}
+
+/// A service running in a Tokio task; from [`spawn`].
+#[derive(Debug)]
+pub struct RunningService {
+    /// The address it listens on.
+    pub addr: SocketAddr,
+    /// The app (for its counters, filter and database).
+    pub app: App,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl RunningService {
+    /// `http://127.0.0.1:port`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Graceful shutdown: stops accepting, finishes requests in flight, saves the snapshot.
+    pub async fn shutdown(mut self) -> anyhow::Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        (&mut self.task)
+            .await
+            .context("the service task panicked")?
+    }
+}
+
+/// Builds the app ([`App::new`]) and serves it on `127.0.0.1:port` (`0`: an ephemeral
+/// port) in a Tokio task until [`RunningService::shutdown`].
+pub async fn spawn(config: Config, port: u16) -> anyhow::Result<RunningService> {
+    let app = App::new(config).await?;
+    spawn_app(app, port).await
+}
+
+/// Serves an app built with [`App::with_parts`] on `127.0.0.1:port` in a Tokio task.
+pub async fn spawn_app(app: App, port: u16) -> anyhow::Result<RunningService> {
+    let listener = TcpListener::bind(("127.0.0.1", port))
+        .await
+        .with_context(|| format!("binding 127.0.0.1:{port}"))?;
+    let addr = listener.local_addr()?;
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(app.clone().serve(listener, async move {
+        let _ = stopped.await;
+    }));
+    Ok(RunningService {
+        addr,
+        app,
+        stop: Some(stop),
+        task,
+    })
+}

@@ -1,0 +1,69 @@
+//! The user service: axum 0.8, `GET /users/{id}` guarded by a Bloom filter and a cache,
+//! on embedded SQLite (`./data/users.sqlite`) or PostgreSQL (`DATABASE_URL=postgres://…`).
+//!
+//! ```sh
+//! cargo run --release --example user_service -- --port 3000
+//! curl localhost:3000/users/1
+//! curl -X POST localhost:3000/users -H 'content-type: application/json' \
+//!      -d '{"name": "Ada", "email": "ada@example.com"}'
+//! curl localhost:3000/metrics
+//! ```
+//!
+//! An empty database gets 10,000 users first (`--seed` to choose). Ctrl-C stops it
+//! gracefully and saves the filter snapshot (`./data/users.bloom`), which the next start
+//! loads instead of reading every id from the database.
+#![forbid(unsafe_code)]
+
+use anyhow::Context as _;
+use bloom_examples::user_service::{App, Config};
+use clap::Parser;
+
+/// Command line.
+#[derive(Debug, Parser)]
+#[command(about = "The user service, guarded by a Bloom filter")]
+struct Cli {
+    /// Port on 127.0.0.1 (0: any free port).
+    #[arg(long, default_value_t = 3000)]
+    port: u16,
+    /// Users to create if the database is empty.
+    #[arg(long, default_value_t = 10_000)]
+    seed: u64,
+    #[command(flatten)]
+    config: Config,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,sqlx::query=error".into()),
+        )
+        .init();
+    let cli = Cli::parse();
+
+    // Seed an empty database before the filter is built from it.
+    let url = cli.config.resolved_database_url()?;
+    let db = bloom_examples::db::Db::connect(&url, 1, &cli.config.name).await?;
+    if db.count_users().await? == 0 && cli.seed > 0 {
+        tracing::info!(users = cli.seed, "seeding an empty database");
+        db.seed(cli.seed, |_| {}).await?;
+    }
+    db.close().await;
+
+    let app = App::new(cli.config).await?;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", cli.port))
+        .await
+        .with_context(|| format!("binding 127.0.0.1:{}", cli.port))?;
+    tracing::info!(
+        addr = %listener.local_addr()?,
+        guarded = app.filter().is_some(),
+        users = app.db().count_users().await?,
+        "listening; ctrl-c to stop"
+    );
+    app.serve(listener, async {
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutting down");
+    })
+    .await
+}

@@ -1,0 +1,3 @@
+//! Throwaway database servers for the end-to-end tests, one module per server.
+
+pub mod postgres;

@@ -1,0 +1,510 @@
+//! End-to-end tests of the `user_service` example: the service runs in-process on an
+//! ephemeral port on 127.0.0.1, against a temporary SQLite database (one test per
+//! scenario) and against a throwaway PostgreSQL server (`postgres_suite`: every scenario on
+//! one server, each on its own database), and is driven over TCP with a real HTTP client.
+//!
+//! The PostgreSQL suite fails under `CI=true` when PostgreSQL is not installed, and is
+//! skipped with a loud message otherwise; see `bloom_tests::servers::postgres`.
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bloom_examples::db::Db;
+use bloom_examples::user_service::{self, Config, RunningService};
+use bloom_tests::servers::postgres;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+/// Users seeded into every test database: ids 1..=SEEDED.
+const SEEDED: u64 = 1_000;
+
+/// Where a scenario's service keeps its data.
+struct Backend {
+    /// `sqlite` or `postgres`: part of the service name (the metrics label).
+    kind: &'static str,
+    /// The data directory: SQLite file (for SQLite) and filter snapshot.
+    data: tempfile::TempDir,
+    /// `postgres://…`, or `None` for SQLite in the data directory.
+    database_url: Option<String>,
+}
+
+impl Backend {
+    const SQLITE: bloom_examples::db::Backend = bloom_examples::db::Backend::Sqlite;
+    const POSTGRES: bloom_examples::db::Backend = bloom_examples::db::Backend::Postgres;
+
+    fn sqlite() -> Backend {
+        Backend {
+            kind: "sqlite",
+            data: tempfile::tempdir().expect("a temporary directory"),
+            database_url: None,
+        }
+    }
+
+    fn postgres(server: &postgres::Postgres, scenario: &str) -> Backend {
+        Backend {
+            kind: "postgres",
+            data: tempfile::tempdir().expect("a temporary directory"),
+            database_url: Some(server.create_database(scenario)),
+        }
+    }
+
+    /// The service's settings; `name` is unique per scenario and backend, since every
+    /// service in this process shares one metrics registry.
+    fn config(&self, scenario: &str) -> Config {
+        Config {
+            name: format!("{scenario}-{}", self.kind),
+            data_dir: self.data.path().to_owned(),
+            database_url: self.database_url.clone(),
+            // No scheduled rebuild during a test: its query would move the DB counter.
+            rebuild_every: Duration::from_secs(3600),
+            max_connections: 4,
+            ..Config::default()
+        }
+    }
+
+    /// Seeds `SEEDED` users and starts the service.
+    async fn start(&self, scenario: &str) -> RunningService {
+        let config = self.config(scenario);
+        let url = config.resolved_database_url().expect("a database URL");
+        let db = Db::connect(&url, 2, &format!("{scenario}-seed"))
+            .await
+            .expect("connecting to the test database");
+        let expected = match self.kind {
+            "postgres" => Backend::POSTGRES,
+            _ => Backend::SQLITE,
+        };
+        assert_eq!(db.backend(), expected, "{url}");
+        assert_eq!(db.count_users().await.unwrap(), 0, "a fresh database");
+        let ids = db.seed(SEEDED, |_| {}).await.expect("seeding");
+        assert_eq!(ids, 1..SEEDED + 1);
+        db.close().await;
+        user_service::spawn(config, 0)
+            .await
+            .expect("starting the service")
+    }
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("an HTTP client")
+}
+
+async fn get(client: &reqwest::Client, url: String) -> (StatusCode, String) {
+    let response = client
+        .get(&url)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    let status = response.status();
+    (status, response.text().await.expect("a body"))
+}
+
+/// `GET /metrics`, checked line by line for the text exposition format, then parsed.
+async fn scrape(
+    client: &reqwest::Client,
+    service: &RunningService,
+) -> Vec<prometheus_parse::Sample> {
+    let response = client
+        .get(format!("{}/metrics", service.url()))
+        .send()
+        .await
+        .expect("GET /metrics");
+    assert_eq!(response.status(), StatusCode::OK);
+    let content_type = response.headers()[reqwest::header::CONTENT_TYPE]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        content_type.starts_with("text/plain"),
+        "content type {content_type}"
+    );
+    let text = response.text().await.unwrap();
+    for line in text.lines() {
+        check_exposition_line(line);
+    }
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|line| Ok(line.to_owned())))
+        .expect("/metrics parses as Prometheus text");
+    scrape.samples
+}
+
+/// One line of the Prometheus text format (version 0.0.4), strictly: blank, `# HELP name …`,
+/// `# TYPE name counter|gauge|histogram|summary|untyped`, or `name{label="value",…} value`.
+fn check_exposition_line(line: &str) {
+    fn is_name(name: &str, colons: bool) -> bool {
+        let mut chars = name.chars();
+        chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || (colons && c == ':'))
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || (colons && c == ':'))
+    }
+    if line.is_empty() {
+        return;
+    }
+    if let Some(comment) = line.strip_prefix("# ") {
+        let mut words = comment.splitn(3, ' ');
+        match (words.next(), words.next(), words.next()) {
+            (Some("HELP"), Some(name), _) => assert!(is_name(name, true), "bad HELP line {line:?}"),
+            (Some("TYPE"), Some(name), Some(kind)) => assert!(
+                is_name(name, true)
+                    && ["counter", "gauge", "histogram", "summary", "untyped"].contains(&kind),
+                "bad TYPE line {line:?}"
+            ),
+            _ => {} // other comments are allowed
+        }
+        return;
+    }
+    let (series, value) = line
+        .rsplit_once(' ')
+        .unwrap_or_else(|| panic!("no value in {line:?}"));
+    assert!(
+        value.parse::<f64>().is_ok() || ["+Inf", "-Inf", "NaN"].contains(&value),
+        "bad value in {line:?}"
+    );
+    let (name, labels) = match series.split_once('{') {
+        Some((name, rest)) => (
+            name,
+            Some(
+                rest.strip_suffix('}')
+                    .unwrap_or_else(|| panic!("unclosed labels in {line:?}")),
+            ),
+        ),
+        None => (series, None),
+    };
+    assert!(is_name(name, true), "bad metric name in {line:?}");
+    if let Some(mut rest) = labels {
+        while !rest.is_empty() {
+            let (label, after) = rest
+                .split_once("=\"")
+                .unwrap_or_else(|| panic!("bad label in {line:?}"));
+            assert!(is_name(label, false), "bad label name in {line:?}");
+            // The value runs to the first unescaped quote.
+            let mut end = None;
+            let mut escaped = false;
+            for (i, c) in after.char_indices() {
+                match (escaped, c) {
+                    (true, _) => escaped = false,
+                    (false, '\\') => escaped = true,
+                    (false, '"') => {
+                        end = Some(i);
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            let end = end.unwrap_or_else(|| panic!("unterminated label value in {line:?}"));
+            rest = &after[end + 1..];
+            rest = rest.strip_prefix(',').unwrap_or(rest);
+        }
+    }
+}
+
+/// The value of `name{label="value"}` in a scrape.
+fn sample(
+    samples: &[prometheus_parse::Sample],
+    name: &str,
+    label: &str,
+    value: &str,
+) -> Option<f64> {
+    samples
+        .iter()
+        .find(|s| s.metric == name && s.labels.get(label) == Some(value))
+        .map(|s| match s.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => v,
+            _ => panic!("{name} is not a plain sample"),
+        })
+}
+
+async fn db_queries(client: &reqwest::Client, service: &RunningService) -> f64 {
+    let name = &service.app.config().name;
+    sample(
+        &scrape(client, service).await,
+        "user_service_db_queries_total",
+        "service",
+        name,
+    )
+    .unwrap_or_else(|| panic!("user_service_db_queries_total{{service={name:?}}} in /metrics"))
+}
+
+// ---- the scenarios, run against each backend --------------------------------------------
+
+/// A real id → 200 with the user.
+async fn real_id_is_found(backend: Backend) {
+    let service = backend.start("real_id").await;
+    let client = client();
+    for id in [1, 2, SEEDED / 2, SEEDED] {
+        let (status, body) = get(&client, format!("{}/users/{id}", service.url())).await;
+        assert_eq!(status, StatusCode::OK, "GET /users/{id}: {body}");
+        let user: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            user,
+            json!({ "id": id, "name": format!("user {id}"), "email": format!("user{id}@example.com") })
+        );
+    }
+    // The second lookup of an id is a cache hit: no new query.
+    let before = db_queries(&client, &service).await;
+    let (status, _) = get(&client, format!("{}/users/1", service.url())).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(db_queries(&client, &service).await, before);
+    service.shutdown().await.unwrap();
+}
+
+/// Absent ids → 404, and those the filter rejects never reach the database.
+async fn absent_ids_do_not_reach_the_database(backend: Backend) {
+    let service = backend.start("absent_ids").await;
+    let client = client();
+    let filter = service.app.filter().expect("a guarded service").clone();
+    let rejected: Vec<u64> = (1_000_000_000u64..)
+        .filter(|id| !filter.contains(id))
+        .take(300)
+        .collect();
+
+    let before = db_queries(&client, &service).await;
+    for id in &rejected {
+        let (status, body) = get(&client, format!("{}/users/{id}", service.url())).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "GET /users/{id}: {body}");
+        assert_eq!(
+            serde_json::from_str::<Value>(&body).unwrap(),
+            json!({ "error": "no such user" })
+        );
+    }
+    assert_eq!(
+        db_queries(&client, &service).await,
+        before,
+        "a rejected id reached the database"
+    );
+    assert_eq!(service.app.stats().guard.rejected, rejected.len() as u64);
+
+    // Any absent ids: all 404, and the only ones that reach the database are the filter's
+    // false positives, each loaded once (then negative-cached).
+    let stats = service.app.stats();
+    for id in 2_000_000_000u64..2_000_000_500 {
+        for _ in 0..2 {
+            let (status, _) = get(&client, format!("{}/users/{id}", service.url())).await;
+            assert_eq!(status, StatusCode::NOT_FOUND, "GET /users/{id}");
+        }
+    }
+    let after = service.app.stats();
+    let passed = after.guard.passed - stats.guard.passed;
+    assert_eq!(
+        after.db_queries - stats.db_queries,
+        passed / 2,
+        "one query per false positive"
+    );
+    assert_eq!(after.negative_hits - stats.negative_hits, passed / 2);
+    assert!(
+        passed / 2 < 50,
+        "{} false positives in 500 absent ids",
+        passed / 2
+    );
+
+    // Not a number: a 400 from the `Path` extractor, no query either.
+    let before = db_queries(&client, &service).await;
+    let (status, _) = get(&client, format!("{}/users/abc", service.url())).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(db_queries(&client, &service).await, before);
+    service.shutdown().await.unwrap();
+}
+
+/// A created user is found right after the `POST`, even if its id was looked up (and
+/// found missing) just before.
+async fn created_user_is_found_at_once(backend: Backend) {
+    let service = backend.start("created_user").await;
+    let client = client();
+    let next = SEEDED + 1;
+    // Look the next id up first, twice: a "not found" is cached if the filter lets it by.
+    for _ in 0..2 {
+        let (status, _) = get(&client, format!("{}/users/{next}", service.url())).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+    }
+    for n in 0..20u64 {
+        let response = client
+            .post(format!("{}/users", service.url()))
+            .json(&json!({ "name": format!("Ada {n}"), "email": format!("ada{n}@example.com") }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::CREATED);
+        let location = response.headers()[reqwest::header::LOCATION]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let created: Value = response.json().await.unwrap();
+        let id = created["id"].as_u64().expect("an id");
+        assert_eq!(id, next + n, "ids follow the seeded ones");
+        assert_eq!(location, format!("/users/{id}"));
+        let (status, body) = get(&client, format!("{}/users/{id}", service.url())).await;
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "GET /users/{id} right after POST: {body}"
+        );
+        assert_eq!(serde_json::from_str::<Value>(&body).unwrap(), created);
+        assert_eq!(created["name"], format!("Ada {n}"));
+    }
+    // A bad body is refused.
+    let response = client
+        .post(format!("{}/users", service.url()))
+        .json(&json!({ "name": "", "email": "nobody" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    // Deleted: 404 (the id stays in the filter; the database answers).
+    let (status, _) = get(&client, format!("{}/users/5", service.url())).await;
+    assert_eq!(status, StatusCode::OK);
+    let response = client
+        .delete(format!("{}/users/5", service.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    let (status, _) = get(&client, format!("{}/users/5", service.url())).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    service.shutdown().await.unwrap();
+}
+
+/// `/metrics` is valid Prometheus text with the guard, cache, filter and database series.
+async fn metrics_are_prometheus_text(backend: Backend) {
+    let service = backend.start("metrics").await;
+    let client = client();
+    let name = service.app.config().name.clone();
+    for id in [1u64, 1, 2, 3_000_000_000, 3_000_000_001, 3_000_000_002] {
+        let _ = get(&client, format!("{}/users/{id}", service.url())).await;
+    }
+    let samples = scrape(&client, &service).await;
+    let expect = |metric: &str, label: &str| {
+        sample(&samples, metric, label, &name)
+            .unwrap_or_else(|| panic!("{metric}{{{label}={name:?}}} missing from /metrics"))
+    };
+    assert_eq!(expect("bloom_guard_checked_total", "guard"), 6.0);
+    assert_eq!(
+        expect("bloom_guard_passed_total", "guard") + expect("bloom_guard_rejected_total", "guard"),
+        6.0
+    );
+    assert!(expect("bloom_guard_rejected_total", "guard") >= 1.0);
+    assert!(expect("bloom_cache_hits_total", "cache") >= 1.0);
+    assert!(expect("bloom_cache_loads_total", "cache") >= 2.0);
+    let _ = expect("bloom_cache_negative_hits_total", "cache");
+    assert!(expect("user_service_db_queries_total", "service") >= 2.0);
+    let _ = expect("user_service_db_misses_total", "service");
+    let fpr = expect("user_service_measured_fpr", "service");
+    assert!((0.0..=1.0).contains(&fpr));
+    let fill = expect("user_service_filter_fill_ratio", "service");
+    assert!(fill > 0.0 && fill < 1.0, "fill {fill}");
+    let estimated = expect("user_service_filter_estimated_fpr", "service");
+    assert!(
+        estimated > 0.0 && estimated < 0.05,
+        "estimated FPR {estimated}"
+    );
+    let keys = expect("user_service_filter_estimated_keys", "service");
+    assert!(
+        (keys - SEEDED as f64).abs() < SEEDED as f64 * 0.1,
+        "estimated keys {keys}"
+    );
+    assert!(expect("bloom_filter_rebuilds_total", "filter") >= 1.0);
+    service.shutdown().await.unwrap();
+}
+
+/// Graceful shutdown saves the snapshot; a restart loads it (no rebuild from the database)
+/// and finds every user, including those created just before the shutdown.
+async fn restart_from_snapshot_finds_every_user(backend: Backend) {
+    let service = backend.start("restart").await;
+    let client = client();
+    let mut created = Vec::new();
+    for n in 0..10 {
+        let response = client
+            .post(format!("{}/users", service.url()))
+            .json(
+                &json!({ "name": format!("Grace {n}"), "email": format!("grace{n}@example.com") }),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::CREATED);
+        created.push(
+            response.json::<Value>().await.unwrap()["id"]
+                .as_u64()
+                .unwrap(),
+        );
+    }
+    let config = service.app.config().clone();
+    service.shutdown().await.unwrap();
+    assert!(
+        config.snapshot_path().is_file(),
+        "shutdown saved the snapshot"
+    );
+
+    let restarted = user_service::spawn(
+        Config {
+            name: format!("{}-again", config.name),
+            ..config
+        },
+        0,
+    )
+    .await
+    .unwrap();
+    let filter = restarted.app.filter().unwrap().stats();
+    assert_eq!(
+        filter.rebuilds, 0,
+        "loaded from the snapshot, not rebuilt from the database"
+    );
+    let mut statuses: HashMap<StatusCode, u64> = HashMap::new();
+    for id in (1..=SEEDED).chain(created.iter().copied()) {
+        let (status, body) = get(&client, format!("{}/users/{id}", restarted.url())).await;
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "GET /users/{id} after the restart: {body}"
+        );
+        *statuses.entry(status).or_default() += 1;
+    }
+    assert_eq!(statuses[&StatusCode::OK], SEEDED + created.len() as u64);
+    assert_eq!(restarted.app.stats().guard.rejected, 0);
+    restarted.shutdown().await.unwrap();
+}
+
+// ---- SQLite: one test per scenario -------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_real_id_is_found() {
+    real_id_is_found(Backend::sqlite()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_absent_ids_do_not_reach_the_database() {
+    absent_ids_do_not_reach_the_database(Backend::sqlite()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_created_user_is_found_at_once() {
+    created_user_is_found_at_once(Backend::sqlite()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_metrics_are_prometheus_text() {
+    metrics_are_prometheus_text(Backend::sqlite()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_restart_from_snapshot_finds_every_user() {
+    restart_from_snapshot_finds_every_user(Backend::sqlite()).await;
+}
+
+// ---- PostgreSQL: every scenario on one throwaway server ----------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_suite() {
+    let Some(server) = postgres::start_or_skip("postgres_suite") else {
+        return;
+    };
+    real_id_is_found(Backend::postgres(&server, "real_id")).await;
+    absent_ids_do_not_reach_the_database(Backend::postgres(&server, "absent_ids")).await;
+    created_user_is_found_at_once(Backend::postgres(&server, "created_user")).await;
+    metrics_are_prometheus_text(Backend::postgres(&server, "metrics")).await;
+    restart_from_snapshot_finds_every_user(Backend::postgres(&server, "restart")).await;
+}
