@@ -22,7 +22,7 @@ pub use key::KeyExtractor;
 pub use key_source::KeySource;
 pub use reject::{NotFound, OnMissingKey, OnReject, PassThrough, RejectedKey};
 pub use shared_filter::{
-    CurrentFilter, RebuildTask, ReloadError, ReloadErrorKind, Reloaded, SaturationReport,
-    SharedFilter, SharedFilterBuilder, SnapshotError,
+    AlreadyBuilding, Building, CurrentFilter, InsertHook, RebuildTask, ReloadError,
+    ReloadErrorKind, Reloaded, SaturationReport, SharedFilter, SharedFilterBuilder, SnapshotError,
 };
 pub use stats::{FilterStats, GuardStats};

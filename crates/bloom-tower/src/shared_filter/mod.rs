@@ -33,6 +33,7 @@
 //! nothing, but it would carry every deleted key over forever, and dropping deleted keys is
 //! what rebuilds are for.
 
+mod external;
 mod rebuild;
 mod saturation;
 mod snapshot;
@@ -44,12 +45,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockWriteGuard};
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use bloom_core::{BloomFilter, BuildError, Key};
 use tokio::sync::{Notify, watch};
 
 use crate::stats::{FilterCounters, FilterStats};
 
+pub use external::{AlreadyBuilding, Building, InsertHook};
 pub use rebuild::{RebuildTask, ReloadError, ReloadErrorKind, Reloaded};
 pub use saturation::SaturationReport;
 pub use snapshot::SnapshotError;
@@ -100,8 +102,11 @@ struct Shared {
     current: ArcSwap<Generation>,
     /// The filter a running rebuild is filling. See the module docs for why a lock.
     building: RwLock<Option<Arc<Generation>>>,
-    /// Held for a whole rebuild: one at a time.
-    rebuild: tokio::sync::Mutex<rebuild::Slot>,
+    /// Held for a whole rebuild (or an external [`Building`]): one at a time.
+    rebuild: Arc<tokio::sync::Mutex<rebuild::Slot>>,
+    /// Called with every inserted key's bytes, after the local writes (see
+    /// [`SharedFilter::set_insert_hook`]).
+    hook: ArcSwapOption<InsertHook>,
     /// Keys to size rebuilt filters for; 0 when unknown. Doubles on auto-grow.
     capacity: AtomicU64,
     fpr: f64,
@@ -196,6 +201,11 @@ impl SharedFilter {
             }
             current.insert(key).map(|items| (current, items))
         };
+        // After the local writes: whatever the hook forwards, this instance already answers
+        // "maybe" for the key.
+        if let Some(hook) = shared.hook.load().as_deref() {
+            hook(key.key_bytes().as_ref());
+        }
         // Reported outside the lock: a slow log subscriber must not delay a rebuild's swap.
         if let Some((current, items)) = became {
             if current.is_over_capacity(items) {
@@ -375,7 +385,8 @@ impl SharedFilterBuilder {
                 name: self.name.unwrap_or(Cow::Borrowed("default")),
                 current: ArcSwap::from_pointee(Generation::counted(filter)),
                 building: RwLock::new(None),
-                rebuild: tokio::sync::Mutex::new(rebuild::Slot::default()),
+                rebuild: Arc::new(tokio::sync::Mutex::new(rebuild::Slot::default())),
+                hook: ArcSwapOption::empty(),
                 capacity: AtomicU64::new(capacity),
                 fpr,
                 rotate_seed: self.rotate_seed,

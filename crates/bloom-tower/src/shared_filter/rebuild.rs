@@ -21,11 +21,11 @@ const YIELD_EVERY: u64 = 4096;
 /// How the last rebuild ended; read by callers that waited for it.
 #[derive(Default)]
 pub(super) struct Slot {
-    last: Option<Finished>,
+    pub(super) last: Option<Finished>,
 }
 
 #[derive(Clone)]
-enum Finished {
+pub(super) enum Finished {
     Rebuilt { keys: u64 },
     Failed(Arc<str>),
     Cancelled,

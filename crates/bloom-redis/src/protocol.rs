@@ -1,0 +1,258 @@
+//! What is stored in Redis and sent over pub/sub: key names, bit offsets, messages.
+
+use bloom_core::{BloomFilter, Layout};
+
+/// The shape every generation shares: what must agree for bits to be merged.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Shape {
+    pub(crate) bits: u64,
+    pub(crate) hashes: u32,
+    pub(crate) layout: Layout,
+    pub(crate) seed: u128,
+}
+
+impl Shape {
+    pub(crate) fn of(filter: &BloomFilter) -> Self {
+        Self {
+            bits: filter.num_bits(),
+            hashes: filter.num_hashes(),
+            layout: filter.layout(),
+            seed: filter.seed(),
+        }
+    }
+
+    /// An empty filter of this shape.
+    pub(crate) fn empty(&self) -> BloomFilter {
+        BloomFilter::builder()
+            .bits(self.bits)
+            .hashes(self.hashes)
+            .layout(self.layout)
+            .seed(self.seed)
+            .build()
+            .expect("the shape of an existing filter builds")
+    }
+
+    pub(crate) fn num_bytes(&self) -> u64 {
+        self.bits.div_ceil(64) * 8
+    }
+
+    /// The seed as stored in Redis (32 hex digits). Secret: never logged.
+    pub(crate) fn seed_hex(&self) -> String {
+        format!("{:032x}", self.seed)
+    }
+
+    /// The first parameter in which `stored` (from Redis) differs, described without
+    /// revealing any hash key.
+    pub(crate) fn mismatch(&self, stored: &StoredShape) -> Option<String> {
+        let ours_layout = self.layout.to_string();
+        if stored.bits != self.bits.to_string() {
+            Some(format!(
+                "number of bits m differs (this instance {}, Redis {})",
+                self.bits, stored.bits
+            ))
+        } else if stored.hashes != self.hashes.to_string() {
+            Some(format!(
+                "number of hashes k differs (this instance {}, Redis {})",
+                self.hashes, stored.hashes
+            ))
+        } else if stored.layout != ours_layout {
+            Some(format!(
+                "layout differs (this instance {ours_layout}, Redis {})",
+                stored.layout
+            ))
+        } else if stored.seed != self.seed_hex() {
+            Some("hash key (seed) differs (values not shown: they are secret)".to_owned())
+        } else {
+            None
+        }
+    }
+}
+
+/// The shape fields as Redis returned them.
+pub(crate) struct StoredShape {
+    pub(crate) bits: String,
+    pub(crate) hashes: String,
+    pub(crate) layout: String,
+    pub(crate) seed: String,
+}
+
+/// Key names under one prefix. Every key of one filter shares the `{prefix}` hash tag, so the
+/// scripts touching several of them work on Redis Cluster too.
+#[derive(Clone)]
+pub(crate) struct Keys {
+    base: String,
+}
+
+impl Keys {
+    pub(crate) fn new(prefix: &str) -> Self {
+        Self {
+            base: format!("{{{prefix}}}"),
+        }
+    }
+    /// HASH m, k, layout, seed: the parameters every instance must share.
+    pub(crate) fn config(&self) -> String {
+        format!("{}:config", self.base)
+    }
+    /// STRING: the serving generation number.
+    pub(crate) fn generation(&self) -> String {
+        format!("{}:gen", self.base)
+    }
+    /// STRING (with the lock's TTL): the generation being rebuilt.
+    pub(crate) fn building(&self) -> String {
+        format!("{}:building", self.base)
+    }
+    /// STRING `{instance}:{token}` with a TTL: the rebuild lock.
+    pub(crate) fn lock(&self) -> String {
+        format!("{}:lock", self.base)
+    }
+    /// STRING counter: fencing tokens.
+    pub(crate) fn fence(&self) -> String {
+        format!("{}:fence", self.base)
+    }
+    /// ZSET instance id → last heartbeat (ms since the epoch).
+    pub(crate) fn members(&self) -> String {
+        format!("{}:members", self.base)
+    }
+    /// SET of instances double-writing generation `g` before its source was read.
+    pub(crate) fn acks(&self, g: u64) -> String {
+        format!("{}:g{g}:acks", self.base)
+    }
+    /// STRING: set when generation `g`'s source starts being read; later acks are refused.
+    pub(crate) fn sealed(&self, g: u64) -> String {
+        format!("{}:g{g}:sealed", self.base)
+    }
+    /// STRING: segment `s` of generation `g`'s bits, little-endian words as bytes.
+    pub(crate) fn segment(&self, g: u64, s: u64) -> String {
+        format!("{}:g{g}:seg{s}", self.base)
+    }
+    /// STRING: a scratch key for one upload.
+    pub(crate) fn scratch(&self, instance: u64) -> String {
+        format!("{}:tmp:{instance:016x}", self.base)
+    }
+    /// The pub/sub channel.
+    pub(crate) fn channel(&self) -> String {
+        format!("{}:bits", self.base)
+    }
+}
+
+/// Where bit `bit` of the filter lives in Redis: `(segment, offset for SETBIT/GETBIT)`.
+///
+/// The words are stored as their little-endian bytes, so bit `b` is in byte `b / 8`, at
+/// value `1 << (b % 8)` in that byte. Redis numbers the bits of a byte from the most
+/// significant one, so its offset of that bit is `byte * 8 + (7 - b % 8)`.
+pub(crate) fn redis_bit(bit: u64, segment_bytes: u64) -> (u64, u64) {
+    let byte = bit / 8;
+    let (segment, byte_in_segment) = (byte / segment_bytes, byte % segment_bytes);
+    (segment, byte_in_segment * 8 + (7 - bit % 8))
+}
+
+/// Message kinds on the channel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Bits set in a generation: the payload is their indices.
+    Bits = 1,
+    /// A rebuild of the generation started: start double-writing it.
+    Building = 2,
+    /// The generation now serves: switch.
+    Switched = 3,
+}
+
+/// A decoded message: `[1 version][1 kind][8 sender][8 generation][8 × n bit indices]`, all
+/// little-endian.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Message {
+    pub(crate) kind: Kind,
+    pub(crate) sender: u64,
+    pub(crate) generation: u64,
+    pub(crate) bits: Vec<u64>,
+}
+
+const VERSION: u8 = 1;
+const HEADER: usize = 18;
+
+pub(crate) fn encode(kind: Kind, sender: u64, generation: u64, bits: &[u64]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER + bits.len() * 8);
+    out.push(VERSION);
+    out.push(kind as u8);
+    out.extend_from_slice(&sender.to_le_bytes());
+    out.extend_from_slice(&generation.to_le_bytes());
+    for bit in bits {
+        out.extend_from_slice(&bit.to_le_bytes());
+    }
+    out
+}
+
+pub(crate) fn decode(bytes: &[u8]) -> Option<Message> {
+    if bytes.len() < HEADER || bytes[0] != VERSION || (bytes.len() - HEADER) % 8 != 0 {
+        return None;
+    }
+    let kind = match bytes[1] {
+        1 => Kind::Bits,
+        2 => Kind::Building,
+        3 => Kind::Switched,
+        _ => return None,
+    };
+    let u64_at = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().expect("8 bytes"));
+    Some(Message {
+        kind,
+        sender: u64_at(2),
+        generation: u64_at(10),
+        bits: (HEADER..bytes.len()).step_by(8).map(u64_at).collect(),
+    })
+}
+
+/// The words of `bytes` (little-endian; a short tail is zero-padded).
+pub(crate) fn bytes_to_words(bytes: &[u8], max_words: usize) -> Vec<u64> {
+    let mut words: Vec<u64> = bytes
+        .chunks(8)
+        .take(max_words)
+        .map(|chunk| {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            u64::from_le_bytes(word)
+        })
+        .collect();
+    while words.last() == Some(&0) {
+        words.pop();
+    }
+    words
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip() {
+        let bytes = encode(Kind::Bits, 7, 3, &[1, 2, u64::MAX]);
+        let message = decode(&bytes).unwrap();
+        assert_eq!(
+            message,
+            Message {
+                kind: Kind::Bits,
+                sender: 7,
+                generation: 3,
+                bits: vec![1, 2, u64::MAX]
+            }
+        );
+        assert!(decode(&bytes[..bytes.len() - 1]).is_none());
+        assert!(decode(b"").is_none());
+    }
+
+    #[test]
+    fn redis_numbers_bits_from_the_top_of_each_byte() {
+        assert_eq!(redis_bit(0, 1024), (0, 7));
+        assert_eq!(redis_bit(7, 1024), (0, 0));
+        assert_eq!(redis_bit(8, 1024), (0, 15));
+        assert_eq!(redis_bit(63, 1024), (0, 56));
+        // Segments of 16 bytes: bit 128 is the first of segment 1.
+        assert_eq!(redis_bit(128, 16), (1, 7));
+        assert_eq!(redis_bit(130, 16), (1, 5));
+    }
+
+    #[test]
+    fn short_tails_are_zero_padded() {
+        assert_eq!(bytes_to_words(&[1, 0, 0, 0, 0, 0, 0, 0, 2], 9), [1, 2]);
+        assert_eq!(bytes_to_words(&[0; 16], 2), Vec::<u64>::new());
+    }
+}

@@ -1,0 +1,106 @@
+//! The Lua scripts: each runs atomically in Redis.
+
+use redis::Script;
+
+/// Creates the config and generation if absent (first instance, or Redis restarted empty),
+/// then returns `[m, k, layout, seed, generation, building]`.
+/// KEYS: config, gen, building. ARGV: m, k, layout, seed, our generation.
+pub(crate) fn join() -> Script {
+    Script::new(
+        r"
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('HSET', KEYS[1], 'm', ARGV[1], 'k', ARGV[2], 'layout', ARGV[3], 'seed', ARGV[4])
+end
+redis.call('SET', KEYS[2], ARGV[5], 'NX')
+local c = redis.call('HMGET', KEYS[1], 'm', 'k', 'layout', 'seed')
+return {c[1], c[2], c[3], c[4], redis.call('GET', KEYS[2]), redis.call('GET', KEYS[3]) or ''}
+",
+    )
+}
+
+/// ORs ARGV[2] into segment KEYS[1] through scratch KEYS[2]; with a fencing token ARGV[1]
+/// (not empty) only while KEYS[3] (the lock) still holds it, refreshing its TTL (ARGV[3]),
+/// and the building marker KEYS[4]'s. Returns 1, or 0 when fenced off.
+pub(crate) fn or_segment() -> Script {
+    Script::new(
+        r"
+if ARGV[1] ~= '' then
+  if redis.call('GET', KEYS[3]) ~= ARGV[1] then return 0 end
+  redis.call('PEXPIRE', KEYS[3], ARGV[3])
+  redis.call('PEXPIRE', KEYS[4], ARGV[3])
+end
+redis.call('SET', KEYS[2], ARGV[2])
+redis.call('BITOP', 'OR', KEYS[1], KEYS[1], KEYS[2])
+redis.call('DEL', KEYS[2])
+return 1
+",
+    )
+}
+
+/// Announces a rebuild of generation ARGV[2] if the lock KEYS[1] still holds ARGV[1]:
+/// sets building KEYS[2] (TTL ARGV[3]), clears acks KEYS[3] / sealed KEYS[4] and any
+/// segments left by an abandoned attempt (KEYS[5..]), publishes ARGV[5] on channel ARGV[4].
+pub(crate) fn begin() -> Script {
+    Script::new(
+        r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+for i = 3, #KEYS do redis.call('DEL', KEYS[i]) end
+redis.call('PUBLISH', ARGV[4], ARGV[5])
+return 1
+",
+    )
+}
+
+/// Seals a generation's acks (sets KEYS[2], TTL ARGV[2] ms) if the lock KEYS[1] still holds
+/// ARGV[1]; refreshes the lock's TTL to ARGV[3] ms.
+pub(crate) fn seal() -> Script {
+    Script::new(
+        r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+",
+    )
+}
+
+/// Acknowledges (SADD ARGV[1] to KEYS[1]) unless KEYS[2] is sealed. Returns 1 if in time.
+pub(crate) fn ack() -> Script {
+    Script::new(
+        r"
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+redis.call('SADD', KEYS[1], ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+",
+    )
+}
+
+/// Makes generation ARGV[2] serve if the lock KEYS[1] still holds ARGV[1]: SET gen KEYS[2],
+/// DEL building KEYS[3] and the lock, expire the old generation's segments (KEYS[4..]) after
+/// ARGV[3] ms, publish ARGV[5] on ARGV[4].
+pub(crate) fn switch() -> Script {
+    Script::new(
+        r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[2], ARGV[2])
+redis.call('DEL', KEYS[3], KEYS[1])
+for i = 4, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[3]) end
+redis.call('PUBLISH', ARGV[4], ARGV[5])
+return 1
+",
+    )
+}
+
+/// Abandons a rebuild: DEL building KEYS[2] and lock KEYS[1] if it still holds ARGV[1].
+pub(crate) fn abort() -> Script {
+    Script::new(
+        r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1], KEYS[2])
+return 1
+",
+    )
+}
