@@ -71,6 +71,26 @@ pub struct Config {
     /// Database connections in the pool.
     #[arg(long, default_value_t = 8)]
     pub max_connections: u32,
+    /// `redis://…`: share one filter with every instance started with the same URL (a user
+    /// created through one is let through by the others at once). Needs `--filter-seed`.
+    #[arg(long, env = "REDIS_URL", requires = "filter_seed")]
+    pub redis: Option<String>,
+    /// The hash key every instance sharing the filter through Redis uses (decimal or 0x-hex;
+    /// a secret: whoever has it can craft keys the filter lets through).
+    #[arg(long, env = "BLOOM_FILTER_SEED", value_parser = parse_seed)]
+    pub filter_seed: Option<u128>,
+    /// Keys the shared filter is sized for (with `--redis`: every instance must agree, so it
+    /// is configured rather than derived from this instance's count of users).
+    #[arg(long, default_value_t = 10_000_000)]
+    pub filter_capacity: u64,
+}
+
+fn parse_seed(text: &str) -> Result<u128, String> {
+    let parsed = match text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
+        Some(hex) => u128::from_str_radix(hex, 16),
+        None => text.parse(),
+    };
+    parsed.map_err(|_| format!("expected a decimal or 0x-hex 128-bit number, got {text:?}"))
 }
 
 fn parse_secs(text: &str) -> Result<Duration, String> {
@@ -93,6 +113,9 @@ impl Default for Config {
             cache_capacity: 100_000,
             negative_ttl: Duration::from_secs(30),
             max_connections: 8,
+            redis: None,
+            filter_seed: None,
+            filter_capacity: 10_000_000,
         }
     }
 }
@@ -133,6 +156,9 @@ struct Guarded {
     guard: Guard,
     cache: GuardedCache<u64, User>,
     rebuilds: Mutex<Option<RebuildTask>>,
+    /// With `--redis`: the sync that shares the filter (and runs the scheduled rebuilds, one
+    /// instance at a time).
+    redis: Option<bloom_redis::RedisSync>,
 }
 
 /// Counters of one service instance, for the demo's table.
@@ -190,12 +216,22 @@ impl App {
         let guarded = if config.no_guard {
             None
         } else {
-            let filter = match filter {
-                Some(filter) => filter,
-                None => load_or_build_filter(&config, &db).await?,
-            };
             let source = db.user_ids().await.context("counting the users")?;
-            let rebuilds = filter.rebuild_every(config.rebuild_every, source);
+            let (filter, rebuilds, redis) = match (&config.redis, filter) {
+                (Some(url), _) => {
+                    let (filter, sync) = join_shared_filter(&config, url, &source).await?;
+                    sync.rebuild_every(config.rebuild_every, source);
+                    (filter, None, Some(sync))
+                }
+                (None, filter) => {
+                    let filter = match filter {
+                        Some(filter) => filter,
+                        None => load_or_build_filter(&config, &db).await?,
+                    };
+                    let rebuilds = filter.rebuild_every(config.rebuild_every, source);
+                    (filter, Some(rebuilds), None)
+                }
+            };
             let guard: Guard = BloomGuard::new(filter.clone(), key::path_param("id").parse())
                 .name(config.name.clone())
                 .on_reject(no_such_user as fn(RejectedKey<'_>) -> Response);
@@ -210,7 +246,8 @@ impl App {
                 filter,
                 guard,
                 cache,
-                rebuilds: Mutex::new(Some(rebuilds)),
+                rebuilds: Mutex::new(rebuilds),
+                redis,
             })
         };
         Ok(App {
@@ -268,6 +305,9 @@ impl App {
                 .take();
             if let Some(task) = task {
                 task.shutdown().await;
+            }
+            if let Some(sync) = &guarded.redis {
+                sync.shutdown();
             }
             let path = self.inner.config.snapshot_path();
             guarded
@@ -336,6 +376,54 @@ fn no_such_user(_key: RejectedKey<'_>) -> Response {
 }
 
 /// The filter from the snapshot if there is a valid one, else built from the database.
+/// Joins the filter shared through Redis: every instance builds the same empty filter (size,
+/// k, layout and hash key from the configuration), merges in what Redis holds, and the first
+/// one to find the shared filter empty fills it from the database.
+async fn join_shared_filter(
+    config: &Config,
+    url: &str,
+    source: &crate::db::UserIds,
+) -> anyhow::Result<(SharedFilter, bloom_redis::RedisSync)> {
+    let seed = config
+        .filter_seed
+        .context("--redis needs --filter-seed, the hash key every instance shares")?;
+    let filter = SharedFilter::builder().name(config.name.clone()).build(
+        BloomFilter::builder()
+            .expected_items(config.filter_capacity)
+            .false_positive_rate(config.false_positive_rate)
+            .seed(seed)
+            .build()?,
+    );
+    let sync = bloom_redis::RedisSync::builder(url)
+        .prefix("user_service:users")
+        .connect(filter.clone())
+        .await
+        .context("joining the filter shared through Redis")?;
+    // A shared filter with no bit set has never been filled (or the whole fleet and Redis were
+    // restarted empty): fill it from the database before serving, or every user would be
+    // rejected. If another instance is already filling it, wait for its generation.
+    if filter.current().count_ones() == 0 {
+        let before = sync.stats().generation;
+        match sync
+            .rebuild(source)
+            .await
+            .context("filling the shared filter from the database")?
+        {
+            bloom_redis::Rebuilt::Skipped => {
+                tokio::time::timeout(Duration::from_secs(300), async {
+                    while sync.stats().generation == before {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                })
+                .await
+                .context("waiting for another instance to fill the shared filter")?;
+            }
+            outcome => tracing::info!(?outcome, "filled the shared filter from the database"),
+        }
+    }
+    Ok((filter, sync))
+}
+
 async fn load_or_build_filter(config: &Config, db: &Db) -> anyhow::Result<SharedFilter> {
     let builder = || {
         SharedFilter::builder()

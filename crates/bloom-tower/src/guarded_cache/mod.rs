@@ -243,6 +243,23 @@ where
             inner.counters.filter_rejections();
             return Ok(None);
         }
+        if let Some(entry) = inner.cache.get(key).await {
+            return Ok(self.served_from_cache(entry));
+        }
+        // The miss path's state (the flight, the loader, its timeout, the cache writes) is
+        // large: boxing it, on a miss only, keeps the hit path's future small.
+        Box::pin(self.load_missed(key, load)).await
+    }
+
+    /// [`get_or_load`](Self::get_or_load) after the filter let `key` through and the cache
+    /// missed: wait for the key's load in flight, or run one.
+    async fn load_missed<F, Fut, E>(&self, key: &K, load: F) -> Result<Option<V>, LoadError<E>>
+    where
+        F: FnOnce(K) -> Fut,
+        Fut: Future<Output = Result<Option<V>, E>>,
+        E: Send + Sync + 'static,
+    {
+        let inner = &*self.inner;
         let flight_key = (key.clone(), TypeId::of::<E>());
         let flight = loop {
             if let Some(entry) = inner.cache.get(key).await {
