@@ -124,13 +124,15 @@ fn main() {
     let conn = rt
         .block_on(client.get_multiplexed_async_connection())
         .unwrap();
+    let current = a.filter().current();
+    let plain = current
+        .as_plain()
+        .expect("bloom-redis shares plain filters");
     let bits: Vec<Vec<u64>> = keys
         .iter()
         .map(|k| {
             let mut bits = Vec::new();
-            a.filter()
-                .current()
-                .for_each_bit(k, |b| bits.push(redis_offset(b)));
+            plain.for_each_bit(k, |b| bits.push(redis_offset(b)));
             bits
         })
         .collect();

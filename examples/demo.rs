@@ -94,11 +94,11 @@ async fn main() -> anyhow::Result<()> {
     bar.finish_and_clear();
     let current = filter.current();
     println!(
-        "Built the Bloom filter from {keys} ids in {:.1} s: {:.2} MB, {} hash functions, \
+        "Built the Bloom filter from {keys} ids in {:.1} s: {:.2} MB ({}), \
          {:.2}% of bits set, {:.3}% false positives expected.",
         building.elapsed().as_secs_f64(),
         current.size_in_bytes() as f64 / 1e6,
-        current.num_hashes(),
+        current.kind(),
         100.0 * current.fill_ratio(),
         100.0 * current.current_fpr(),
     );

@@ -75,10 +75,10 @@ pub(super) async fn get_user(State(app): State<App>, Path(id): Path<u64>) -> Res
 /// 2. insert it into the Bloom filter, **before** the row becomes visible: from the moment
 ///    any reader can find the row, the guard lets its id through;
 /// 3. `INSERT` the row (auto-commit: visible to every reader once it returns);
-/// 4. `insert_and_invalidate`: insert into the filter again (a rebuild whose `SELECT id`
-///    ran between 2 and 3 did not see the row; this second insert reaches the filter it is
-///    building, or the one it swapped in) and drop any "not found" a lookup cached between
-///    2 and 3, so the very next `GET` finds the user.
+/// 4. `insert_after_commit`: insert into any filter a rebuild published since step 2 (its
+///    `SELECT id` may have run before the row was visible; with no rebuild in between it
+///    writes nothing, so a counting filter counts the id once), and drop any "not found" a
+///    lookup cached between 2 and 3, so the very next `GET` finds the user.
 pub(super) async fn create_user(State(app): State<App>, Json(new): Json<NewUser>) -> Response {
     let (name, email) = (new.name.trim(), new.email.trim());
     if name.is_empty() || !email.contains('@') {
@@ -90,16 +90,17 @@ pub(super) async fn create_user(State(app): State<App>, Json(new): Json<NewUser>
     }
     let db = app.db();
     let id = db.allocate_id();
-    if let Some(filter) = app.filter() {
-        filter.insert(&id);
-    }
+    let inserted = app.filter().map(|filter| filter.insert(&id));
     let user = match db.insert_user(id, name, email).await {
         Ok(user) => user,
         // The id stays in the filter: a harmless false positive until the next rebuild.
         Err(error) => return internal(format!("{error:#}")),
     };
+    if let (Some(filter), Some(inserted)) = (app.filter(), inserted) {
+        filter.insert_after_commit(&id, inserted);
+    }
     if let Some(cache) = app.cache() {
-        cache.insert_and_invalidate(&id).await;
+        cache.invalidate(&id).await;
     }
     (
         StatusCode::CREATED,
@@ -109,12 +110,22 @@ pub(super) async fn create_user(State(app): State<App>, Json(new): Json<NewUser>
         .into_response()
 }
 
-/// `DELETE /users/{id}` → `204`, or `404`. The id stays in the filter until the next
-/// rebuild (a Bloom filter cannot forget), which costs one database lookup per cache
-/// expiry, then a negative-cache entry.
+/// `DELETE /users/{id}` → `204`, or `404`.
+///
+/// With `--counting` the id is removed from the filter once the row is gone, and the guard
+/// rejects it again. A plain filter cannot forget: the id passes it until the next rebuild,
+/// which costs one database lookup per cache expiry, then a negative-cache entry.
 pub(super) async fn delete_user(State(app): State<App>, Path(id): Path<u64>) -> Response {
+    // Before the delete: `remove` only decrements the filter that held the row's id.
+    let before = app.filter().map(|filter| filter.generation());
     match app.db().delete_user(id).await {
         Ok(true) => {
+            if let (Some(filter), Some(before)) = (app.filter(), before) {
+                match filter.remove(&id, before) {
+                    Ok(outcome) => tracing::debug!(id, ?outcome, "removed from the filter"),
+                    Err(_plain) => {} // kept until the next rebuild
+                }
+            }
             if let Some(cache) = app.cache() {
                 cache.invalidate(&id).await;
             }

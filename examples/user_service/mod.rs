@@ -75,14 +75,21 @@ pub struct Config {
     /// created through one is let through by the others at once). Needs `--filter-seed`.
     #[arg(long, env = "REDIS_URL", requires = "filter_seed")]
     pub redis: Option<String>,
-    /// The hash key every instance sharing the filter through Redis uses (decimal or 0x-hex;
-    /// a secret: whoever has it can craft keys the filter lets through).
+    /// The filter's hash key (decimal or 0x-hex; a random one if not given). Every instance
+    /// sharing the filter through Redis must use the same. A secret: whoever has it can
+    /// craft keys the filter lets through.
     #[arg(long, env = "BLOOM_FILTER_SEED", value_parser = parse_seed)]
     pub filter_seed: Option<u128>,
     /// Keys the shared filter is sized for (with `--redis`: every instance must agree, so it
     /// is configured rather than derived from this instance's count of users).
     #[arg(long, default_value_t = 10_000_000)]
     pub filter_capacity: u64,
+    /// Use a counting Bloom filter, so `DELETE /users/{id}` takes the id out at once and the
+    /// guard rejects it again. Costs 4× the filter's memory (a 4-bit counter per bit);
+    /// without it a deleted id passes the filter until the next rebuild. Not with `--redis`,
+    /// which shares a plain filter's bits.
+    #[arg(long, conflicts_with = "redis")]
+    pub counting: bool,
 }
 
 fn parse_seed(text: &str) -> Result<u128, String> {
@@ -116,6 +123,7 @@ impl Default for Config {
             redis: None,
             filter_seed: None,
             filter_capacity: 10_000_000,
+            counting: false,
         }
     }
 }
@@ -402,7 +410,7 @@ async fn join_shared_filter(
     // A shared filter with no bit set has never been filled (or the whole fleet and Redis were
     // restarted empty): fill it from the database before serving, or every user would be
     // rejected. If another instance is already filling it, wait for its generation.
-    if filter.current().count_ones() == 0 {
+    if filter.current().fill_ratio() == 0.0 {
         let before = sync.stats().generation;
         match sync
             .rebuild(source)
@@ -432,12 +440,19 @@ async fn load_or_build_filter(config: &Config, db: &Db) -> anyhow::Result<Shared
             .auto_grow(true)
     };
     let path = config.snapshot_path();
+    let kind = if config.counting { "counting" } else { "plain" };
     if path.exists() {
         match builder().load(&path).await {
-            Ok(filter) => {
+            Ok(filter) if filter.stats().kind == kind => {
                 tracing::info!(path = %path.display(), "loaded the filter snapshot");
                 return Ok(filter);
             }
+            Ok(filter) => tracing::warn!(
+                path = %path.display(),
+                snapshot = filter.stats().kind,
+                configured = kind,
+                "the filter snapshot is of another kind; building the filter from the database"
+            ),
             Err(error) => tracing::warn!(
                 path = %path.display(),
                 %error,
@@ -446,8 +461,20 @@ async fn load_or_build_filter(config: &Config, db: &Db) -> anyhow::Result<Shared
         }
     }
     let source = db.user_ids().await.context("counting the users")?;
-    // Tiny: `reload_from` sizes the filter it builds for the source's count hint + 25%.
-    let filter = builder().build(BloomFilter::new(1_000, config.false_positive_rate)?);
+    // Tiny: `reload_from` sizes the filter it builds (of the same kind) for the source's
+    // count hint + 25%.
+    let p = config.false_positive_rate;
+    let mut tiny = BloomFilter::builder()
+        .expected_items(1_000)
+        .false_positive_rate(p);
+    if let Some(seed) = config.filter_seed {
+        tiny = tiny.seed(seed);
+    }
+    let filter = if config.counting {
+        builder().build(tiny.build_counting()?)
+    } else {
+        builder().build(tiny.build()?)
+    };
     let reloaded = filter
         .reload_from(&source)
         .await

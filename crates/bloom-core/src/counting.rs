@@ -224,6 +224,21 @@ impl CountingBloomFilter {
         self.layout
     }
 
+    /// The number of keys it was sized for, if it was sized by count.
+    pub fn capacity(&self) -> Option<u64> {
+        self.capacity
+    }
+
+    /// The false-positive rate it was sized for, if it was sized by count.
+    pub fn target_fpr(&self) -> Option<f64> {
+        self.target_fpr
+    }
+
+    /// The secret hash key. Never log it.
+    pub fn seed(&self) -> u128 {
+        self.hasher.seed()
+    }
+
     /// Memory held by the counters, in bytes.
     pub fn size_in_bytes(&self) -> usize {
         self.words.len() * 8

@@ -34,7 +34,7 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
-    fn from_byte(b: u8) -> Option<Self> {
+    pub(crate) fn from_byte(b: u8) -> Option<Self> {
         match b {
             0 => Some(Kind::Bits),
             1 => Some(Kind::Counting),
@@ -448,7 +448,7 @@ fn digest_words(digest: &mut Digest<'_, u32, Table<16>>, bytes: &[u8], words: &m
 
 /// Fills as much of `buf` as the reader has; returns how much (less than `buf.len()` only at
 /// end of input).
-fn read_up_to<R: Read + ?Sized>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
+pub(crate) fn read_up_to<R: Read + ?Sized>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
     let mut filled = 0;
     while filled < buf.len() {
         match r.read(&mut buf[filled..]) {

@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+mod any;
 mod bit_vector;
 mod builder;
 mod counting;
@@ -12,6 +13,7 @@ pub mod params;
 mod scalable;
 mod sync;
 
+pub use any::AnyFilter;
 pub use builder::{BuildError, Builder};
 pub use counting::CountingBloomFilter;
 pub use filter::{BloomFilter, IncompatibleError, Mismatch};

@@ -280,6 +280,21 @@ impl ScalableBloomFilter {
         self.hasher.seed()
     }
 
+    /// The first stage's capacity.
+    pub fn initial_capacity(&self) -> u64 {
+        self.config.initial_capacity
+    }
+
+    /// How much larger each stage is than the one before.
+    pub fn growth_factor(&self) -> f64 {
+        self.config.growth
+    }
+
+    /// How much stricter each stage's false-positive rate is than the one before.
+    pub fn tightening_ratio(&self) -> f64 {
+        self.config.tightening
+    }
+
     /// Memory held by every stage's bits, in bytes.
     pub fn size_in_bytes(&self) -> usize {
         self.stages

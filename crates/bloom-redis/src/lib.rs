@@ -51,6 +51,17 @@ pub enum Error {
          SharedFilter::reload_from? rebuild through RedisSync::rebuild instead)"
     )]
     ShapeChanged,
+    /// The shared filter is not a plain `BloomFilter`: only a fixed array of bits can be
+    /// merged bit by bit across instances (a counting filter's counters cannot be OR-ed, and a
+    /// scalable filter's stages differ between instances that grew at different times).
+    #[error(
+        "bloom-redis shares the bits of a plain BloomFilter; this filter is a {kind} one \
+         (share a BloomFilter sized for the expected keys)"
+    )]
+    NotPlain {
+        /// The filter's kind: `"counting"` or `"scalable"`.
+        kind: &'static str,
+    },
     /// An invalid setting.
     #[error("invalid configuration: {0}")]
     Config(&'static str),

@@ -105,6 +105,16 @@ impl RedisSync {
         cfg: RedisSyncBuilder,
         filter: SharedFilter,
     ) -> Result<Self, Error> {
+        let current = filter.current();
+        let shape = match current.as_plain() {
+            Some(plain) => Shape::of(plain),
+            None => {
+                return Err(Error::NotPlain {
+                    kind: current.kind(),
+                });
+            }
+        };
+        drop(current);
         let client = redis::Client::open(&*cfg.url)?;
         let manager = ConnectionManagerConfig::new()
             .set_connection_timeout(cfg.response_timeout)
@@ -112,7 +122,6 @@ impl RedisSync {
             .set_number_of_retries(1)
             .set_max_delay(200);
         let conn = ConnectionManager::new_with_config(client.clone(), manager).await?;
-        let shape = Shape::of(&filter.current());
         let prefix = cfg
             .prefix
             .clone()
@@ -343,9 +352,9 @@ impl Inner {
     /// The insert hook: queue the key's bits for every generation this instance writes.
     fn on_insert(&self, key: &[u8]) {
         let current = self.filter.current();
-        if Shape::of(&current) != self.shape {
+        let Some(current) = current.as_plain().filter(|c| Shape::of(c) == self.shape) else {
             return; // reported by the next reconciliation
-        }
+        };
         let mut bits = Vec::with_capacity(current.num_hashes() as usize);
         current.for_each_bit(key, |bit| bits.push(bit));
         {
@@ -445,6 +454,9 @@ impl Inner {
                 let words = self.shape.bits.div_ceil(64);
                 match self.filter_of(message.generation) {
                     Some(filter) => {
+                        let Some(filter) = filter.as_plain() else {
+                            return; // reported by the next reconciliation
+                        };
                         for bit in message.bits {
                             if bit / 64 < words {
                                 filter.union_words((bit / 64) as usize, &[1 << (bit % 64)]);
@@ -534,7 +546,7 @@ impl Inner {
                 detail,
             });
         }
-        if Shape::of(&self.filter.current()) != self.shape {
+        if self.filter.current().as_plain().map(Shape::of) != Some(self.shape) {
             return Err(Error::ShapeChanged);
         }
         let remote: u64 = remote.parse().unwrap_or(local);
@@ -664,12 +676,17 @@ impl Inner {
                     }
                 }
             };
-            let next = build.handle.filter();
+            let next = build
+                .handle
+                .filter()
+                .as_plain()
+                .ok_or(Error::ShapeChanged)?;
             if !build.in_time {
                 // Keys inserted here before we double-wrote may be missing from the source
                 // snapshot: carry every serving bit over (same shape, so OR is valid).
-                next.union(&self.filter.current())
-                    .map_err(|_| Error::ShapeChanged)?;
+                let current = self.filter.current();
+                let current = current.as_plain().ok_or(Error::ShapeChanged)?;
+                next.union(current).map_err(|_| Error::ShapeChanged)?;
             }
             self.merge_segments(next, &pulled);
             let carried = !build.in_time;
@@ -714,6 +731,7 @@ impl Inner {
             let Some(filter) = self.filter_of(generation) else {
                 return Ok(()); // switched meanwhile
             };
+            let filter = filter.as_plain().ok_or(Error::ShapeChanged)?;
             let first = s as usize * words_per_segment;
             let count = words_per_segment.min(filter.num_words() - first);
             let remote_words = protocol::bytes_to_words(&remote, count);

@@ -333,6 +333,28 @@ async fn one_instance_rebuilds_and_keys_inserted_anywhere_meanwhile_survive() {
     );
 }
 
+/// Only a plain filter's bits can be OR-ed across instances; refused before connecting.
+#[tokio::test]
+async fn a_counting_or_scalable_filter_is_refused_with_a_clear_error() {
+    let counting = bloom_core::CountingBloomFilter::new(1_000, 0.01).unwrap();
+    let scalable = bloom_core::ScalableBloomFilter::new(1_000, 0.01).unwrap();
+    for (kind, filter) in [
+        ("counting", SharedFilter::new(counting)),
+        ("scalable", SharedFilter::new(scalable)),
+    ] {
+        // Nothing listens on this port: the filter is refused before any connection.
+        let error = RedisSync::builder("redis://127.0.0.1:1")
+            .connect(filter)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error, Error::NotPlain { kind: k } if k == kind),
+            "{error}"
+        );
+        assert!(error.to_string().contains("plain BloomFilter"), "{error}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn different_parameters_refuse_to_join() {
     let Some(server) = common::start() else {
@@ -398,7 +420,7 @@ async fn a_filter_split_over_many_segments_round_trips() {
     let started = Instant::now();
     loop {
         let copy = redis_copy(&url, "seg", 1, SEGMENT).await;
-        if copy.words().eq(a.filter().current().words()) {
+        if copy.words().eq(plain_words(&a)) {
             break;
         }
         assert!(started.elapsed() < HANG, "Redis never matched A's bits");
@@ -423,17 +445,17 @@ async fn a_filter_split_over_many_segments_round_trips() {
         ones += count;
         segments += u64::from(exists);
     }
-    assert_eq!(ones, a.filter().current().count_ones());
+    assert_eq!(
+        ones,
+        plain_words(&a)
+            .map(|w| u64::from(w.count_ones()))
+            .sum::<u64>()
+    );
     assert!(segments > 100, "{segments} segment keys");
     // A new instance pulls every segment.
     let b = join(&url, "seg", tiny).await;
     assert!(inserted.iter().all(|k| b.filter().contains(k)));
-    assert!(
-        b.filter()
-            .current()
-            .words()
-            .eq(a.filter().current().words())
-    );
+    assert!(plain_words(&b).eq(plain_words(&a)));
     // And its own bits go up through the BITOP path.
     let from_b = keys("b", 500);
     b.shutdown();
@@ -447,4 +469,13 @@ async fn a_filter_split_over_many_segments_round_trips() {
     );
     let copy = redis_copy(&url, "seg", 1, SEGMENT).await;
     assert!(from_b.iter().chain(&inserted).all(|k| copy.contains(k)));
+}
+
+/// The words of an instance's serving filter (always a plain one under bloom-redis).
+fn plain_words(sync: &RedisSync) -> std::vec::IntoIter<u64> {
+    let current = sync.filter().current();
+    let plain = current
+        .as_plain()
+        .expect("bloom-redis serves plain filters");
+    plain.words().collect::<Vec<_>>().into_iter()
 }

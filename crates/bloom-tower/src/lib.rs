@@ -12,7 +12,7 @@ pub mod reject;
 pub mod shared_filter;
 pub mod stats;
 
-pub use bloom_core::{self, BloomFilter, Key};
+pub use bloom_core::{self, AnyFilter, BloomFilter, CountingBloomFilter, Key, ScalableBloomFilter};
 pub use guard::{BloomGuard, BloomGuardService, ResponseFuture};
 pub use guarded_cache::{CacheStats, GuardedCache, GuardedCacheBuilder, LoadError};
 pub use hot_key::{
@@ -22,7 +22,8 @@ pub use key::KeyExtractor;
 pub use key_source::KeySource;
 pub use reject::{NotFound, OnMissingKey, OnReject, PassThrough, RejectedKey};
 pub use shared_filter::{
-    AlreadyBuilding, Building, CurrentFilter, InsertHook, RebuildTask, ReloadError,
-    ReloadErrorKind, Reloaded, SaturationReport, SharedFilter, SharedFilterBuilder, SnapshotError,
+    AlreadyBuilding, Building, CannotRemove, CurrentFilter, FilterGeneration, InsertHook, Inserted,
+    RebuildTask, ReloadError, ReloadErrorKind, Reloaded, RemoveOutcome, SaturationReport,
+    SharedFilter, SharedFilterBuilder, SnapshotError,
 };
 pub use stats::{FilterStats, GuardStats};

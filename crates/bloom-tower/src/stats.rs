@@ -197,15 +197,21 @@ impl GuardCounters {
 pub struct FilterStats {
     /// The name used as the `filter` metric label.
     pub name: String,
-    /// The number of keys the serving filter was sized for, if it was sized by count.
+    /// The serving filter's kind: `"plain"`, `"counting"` or `"scalable"`.
+    pub kind: &'static str,
+    /// The number of keys the serving filter was sized for, if it was sized by count (never
+    /// for a scalable filter, which grows).
     pub capacity: Option<u64>,
-    /// The serving filter's size in bits.
+    /// The serving filter's size in bits (counters for a counting filter; all stages for a
+    /// scalable one).
     pub num_bits: u64,
     /// Distinct keys in the serving filter, counted as they go in (an insert that finds all
     /// its bits set already is not counted, so this slightly undercounts).
     pub approx_items: u64,
     /// Calls to [`SharedFilter::insert`](crate::SharedFilter::insert).
     pub inserts: u64,
+    /// Keys removed by [`SharedFilter::remove`](crate::SharedFilter::remove) (counting filters).
+    pub removes: u64,
     /// Rebuilds that completed and swapped in a new filter.
     pub rebuilds: u64,
     /// Rebuilds that failed (source error, bad size); the old filter kept serving.
@@ -224,6 +230,7 @@ pub struct FilterStats {
 #[derive(Default)]
 pub(crate) struct FilterCounters {
     pub(crate) inserts: AtomicU64,
+    pub(crate) removes: AtomicU64,
     pub(crate) rebuilds: AtomicU64,
     pub(crate) failed_rebuilds: AtomicU64,
     pub(crate) cancelled_rebuilds: AtomicU64,

@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bloom_tower::{
-    BloomFilter, Key, KeySource, ReloadErrorKind, Reloaded, SharedFilter, key_source,
+    BloomFilter, CountingBloomFilter, Key, KeySource, ReloadErrorKind, Reloaded, RemoveOutcome,
+    ScalableBloomFilter, SharedFilter, key_source,
 };
 use futures_core::Stream;
 use futures_util::{FutureExt, StreamExt, stream};
@@ -39,10 +40,28 @@ fn key_of(writer: u64, i: u64) -> u64 {
     (writer << 40) | i
 }
 
+/// With a counting filter, writers delete every `DELETE_EVERY`-th key they create, right
+/// after creating it.
+const DELETE_EVERY: u64 = 3;
+
+fn is_deleted(i: u64) -> bool {
+    i % DELETE_EVERY == 0
+}
+
 /// The "database": committed keys, plus what the test needs to pace and audit the writers.
 #[derive(Default)]
 struct Db {
+    /// Every key ever committed, in order (deleted ones included: `len` paces the test).
     committed: Mutex<Vec<u64>>,
+    deleted: Mutex<std::collections::HashSet<u64>>,
+    /// How many keys had been committed (deleted ones included) at the last snapshot.
+    last_snapshot_len: AtomicUsize,
+    /// Removals that took the key out of the serving filter.
+    removed: AtomicUsize,
+    /// Of those, keys still found right after (false positives, or a swap in between).
+    present_after_removal: AtomicUsize,
+    /// Whether writers delete keys (the filter is a counting one).
+    deletes: bool,
     /// Rebuilds that have taken their snapshot; writers may run `ALLOWANCE` keys ahead.
     snapshots: AtomicU64,
     /// Keys committed after a snapshot was taken, summed over the rebuilds.
@@ -59,7 +78,12 @@ impl KeySource for DbSource {
 
     fn keys(&self) -> impl Stream<Item = Result<impl Key + Send + '_, Self::Error>> + Send + '_ {
         let db = &*self.0;
-        let snapshot = db.committed.lock().unwrap().clone();
+        let mut snapshot = db.committed.lock().unwrap().clone();
+        db.last_snapshot_len.store(snapshot.len(), SeqCst);
+        {
+            let deleted = db.deleted.lock().unwrap();
+            snapshot.retain(|key| !deleted.contains(key));
+        }
         db.snapshots.fetch_add(1, SeqCst);
         let wait = async move {
             while db.committed.lock().unwrap().len() < snapshot.len() + INSERTED_DURING {
@@ -80,12 +104,30 @@ async fn writer(filter: SharedFilter, db: Arc<Db>, id: u64, visible: Arc<AtomicU
         }
         let key = key_of(id, i);
         // The documented pattern: insert before the commit (readers never see a record the
-        // guard rejects) and again after it (a rebuild whose snapshot missed the open
-        // transaction gets the key through the double write).
-        filter.insert(&key);
+        // guard rejects) and `insert_after_commit` after it (a rebuild whose snapshot missed
+        // the open transaction gets the key from it).
+        let inserted = filter.insert(&key);
         db.committed.lock().unwrap().push(key);
-        filter.insert(&key);
+        filter.insert_after_commit(&key, inserted);
         visible.store(i + 1, SeqCst);
+        if db.deletes && is_deleted(i) {
+            // The documented pattern: the generation before the delete, the removal after.
+            let before = filter.generation();
+            db.deleted.lock().unwrap().insert(key);
+            // The delete's round trip to the database: rebuilds may start and end meanwhile.
+            for _ in 0..3 {
+                tokio::task::yield_now().await;
+            }
+            let outcome = filter.remove(&key, before).unwrap();
+            // The filter that served before the delete must hold the key.
+            assert_ne!(outcome, RemoveOutcome::Absent, "key {key:#x}");
+            if outcome == RemoveOutcome::Removed {
+                db.removed.fetch_add(1, SeqCst);
+                if filter.contains(&key) {
+                    db.present_after_removal.fetch_add(1, SeqCst);
+                }
+            }
+        }
         i += 1;
         tokio::task::yield_now().await;
     }
@@ -98,6 +140,9 @@ async fn querier(filter: SharedFilter, db: Arc<Db>, visible: Vec<Arc<AtomicU64>>
         let last_pass = db.done.load(SeqCst);
         for (writer, visible) in (0..).zip(&visible) {
             for i in 0..visible.load(SeqCst) {
+                if db.deletes && is_deleted(i) {
+                    continue;
+                }
                 let key = key_of(writer, i);
                 if !filter.contains(&key) {
                     missed.push(key);
@@ -113,8 +158,75 @@ async fn querier(filter: SharedFilter, db: Arc<Db>, visible: Vec<Arc<AtomicU64>>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn no_key_inserted_before_or_during_100_back_to_back_rebuilds_is_ever_missed() {
-    let filter = filter_for(200_000);
-    let db = Arc::new(Db::default());
+    rebuilds_under_load(filter_for(200_000), false).await;
+}
+
+/// A scalable filter that starts small grows during every rebuild, while keys stream in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_scalable_filter_misses_no_key_through_100_rebuilds_while_it_grows() {
+    let scalable = ScalableBloomFilter::builder(1_000, 0.01)
+        .seed(0x5EED)
+        .build()
+        .unwrap();
+    let filter = SharedFilter::new(scalable);
+    rebuilds_under_load(filter.clone(), false).await;
+    let current = filter.current();
+    let grown = current.as_scalable().unwrap().num_stages();
+    assert!(grown > 1, "{grown} stages: the test never made it grow");
+}
+
+/// Keys removed from a counting filter while rebuilds run never take another key with them,
+/// and once no writer runs, a rebuild leaves only false positives of the deleted ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_counting_filter_misses_no_key_through_100_rebuilds_with_deletes() {
+    let counting = CountingBloomFilter::builder()
+        .expected_items(200_000)
+        .false_positive_rate(0.01)
+        .seed(0x5EED)
+        .build_counting()
+        .unwrap();
+    let filter = SharedFilter::new(counting);
+    let db = rebuilds_under_load(filter.clone(), true).await;
+
+    let deleted = db.deleted.lock().unwrap().clone();
+    let remaining: Vec<u64> = db.committed.lock().unwrap().clone();
+    let remaining: Vec<u64> = remaining
+        .into_iter()
+        .filter(|key| !deleted.contains(key))
+        .collect();
+    filter.reload_from(&remaining).await.unwrap();
+    assert!(remaining.iter().all(|key| filter.contains(key)));
+    let still_there = deleted.iter().filter(|key| filter.contains(*key)).count() as f64;
+    // Now only false positives: each at most p = 1% (the filter holds far fewer than its
+    // capacity), so the count is below n·p + 3σ.
+    let (n, p) = (deleted.len() as f64, 0.01);
+    let bound = n * p + 3.0 * (n * p * (1.0 - p)).sqrt();
+    assert!(
+        still_there <= bound,
+        "{still_there} of {n} deleted keys still pass (bound {bound:.0})"
+    );
+    // Most removals found the filter that served before their delete still serving.
+    let removed = db.removed.load(SeqCst);
+    assert_eq!(filter.stats().removes, removed as u64);
+    assert!(removed * 2 > deleted.len(), "{removed} of {n} removed");
+    // A removed key is found again only as a false positive (≤ p = 1% each, as above), or
+    // counted twice (an insert_after_commit that wrote a filter the first insert had).
+    let present = db.present_after_removal.load(SeqCst) as f64;
+    let removed = removed as f64;
+    let bound = removed * p + 3.0 * (removed * p * (1.0 - p)).sqrt();
+    assert!(
+        present <= bound,
+        "{present} of {removed} removed keys still pass (bound {bound:.0})"
+    );
+}
+
+/// Runs writers (and deleters) and queriers through `REBUILDS` back-to-back rebuilds and
+/// asserts no committed, undeleted key was ever reported absent.
+async fn rebuilds_under_load(filter: SharedFilter, deletes: bool) -> Arc<Db> {
+    let db = Arc::new(Db {
+        deletes,
+        ..Db::default()
+    });
     let source = DbSource(Arc::clone(&db));
     let visible: Vec<_> = (0..WRITERS).map(|_| Arc::new(AtomicU64::new(0))).collect();
 
@@ -136,13 +248,15 @@ async fn no_key_inserted_before_or_during_100_back_to_back_rebuilds_is_ever_miss
     for _ in 0..REBUILDS {
         let committed_before = db.committed.lock().unwrap().len();
         let reloaded = filter.reload_from(&source).await.unwrap();
-        let Reloaded::Rebuilt { keys } = reloaded else {
-            panic!("{reloaded:?}: nothing else rebuilds");
-        };
-        assert!(keys as usize >= committed_before);
+        assert!(
+            matches!(reloaded, Reloaded::Rebuilt { .. }),
+            "{reloaded:?}: nothing else rebuilds"
+        );
+        let snapshot_len = db.last_snapshot_len.load(SeqCst);
+        assert!(snapshot_len >= committed_before);
         let committed_after = db.committed.lock().unwrap().len();
         db.committed_after_snapshots
-            .fetch_add(committed_after - keys as usize, SeqCst);
+            .fetch_add(committed_after - snapshot_len, SeqCst);
     }
     db.done.store(true, SeqCst);
     for writer in writers {
@@ -160,7 +274,14 @@ async fn no_key_inserted_before_or_during_100_back_to_back_rebuilds_is_ever_miss
         &missed[..missed.len().min(5)]
     );
     let committed = db.committed.lock().unwrap();
-    assert!(committed.iter().all(|key| filter.contains(key)));
+    let deleted = db.deleted.lock().unwrap();
+    assert!(
+        committed
+            .iter()
+            .filter(|key| !deleted.contains(*key))
+            .all(|key| filter.contains(key))
+    );
+    drop(deleted);
     // The test exercised what it claims: thousands of keys reached the new filters only
     // through the double write.
     let through_double_write = db.committed_after_snapshots.load(SeqCst);
@@ -170,6 +291,8 @@ async fn no_key_inserted_before_or_during_100_back_to_back_rebuilds_is_ever_miss
         (stats.rebuilds, stats.failed_rebuilds, stats.rebuilding),
         (REBUILDS, 0, false)
     );
+    drop(committed);
+    db
 }
 
 // ---------------------------------------------------------------------------------------
@@ -183,7 +306,9 @@ fn failing_source(filter: SharedFilter, fail_at: u64, during: Vec<u64>) -> impl 
         let during = during.clone();
         stream::iter(0..=fail_at).map(move |i| {
             if i == fail_at / 2 {
-                during.iter().for_each(|key| filter.insert(key));
+                for key in &during {
+                    filter.insert(key);
+                }
             }
             if i == fail_at {
                 Err(std::io::Error::other("connection reset by peer"))
@@ -252,7 +377,9 @@ fn stalling_source(
         let (filter, during, reached) = (filter.clone(), during.clone(), Arc::clone(&reached));
         let keys = stream::iter(0..n).map(move |i| {
             if i == n / 2 {
-                during.iter().for_each(|key| filter.insert(key));
+                for key in &during {
+                    filter.insert(key);
+                }
             }
             Ok::<_, std::io::Error>(i)
         });
@@ -672,7 +799,9 @@ fn saturation_and_rebuild_outcomes_are_emitted_as_metrics() {
         .build()
         .unwrap();
     metrics::with_local_recorder(&recorder, || {
-        (0..50u64).for_each(|key| filter.insert(&key));
+        for key in 0..50u64 {
+            filter.insert(&key);
+        }
         runtime.block_on(async {
             filter.reload_from(&vec![1u64]).await.unwrap();
             let failing = key_source::from_stream(|| {

@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
-use bloom_core::BloomFilter;
+use bloom_core::AnyFilter;
 use tokio::sync::OwnedMutexGuard;
 
 use super::rebuild::{Finished, Slot};
@@ -44,13 +44,13 @@ impl SharedFilter {
     /// [module docs](self) say why no insert is lost). [`Building::finish`] swaps it in;
     /// dropping the [`Building`] abandons it and the serving filter stays.
     ///
-    /// Fails if a rebuild is running. `next` may have any shape: lookups only ever read one
-    /// filter.
-    pub fn start_building(&self, next: BloomFilter) -> Result<Building, AlreadyBuilding> {
+    /// Fails if a rebuild is running. `next` may have any shape or kind: lookups only ever
+    /// read one filter.
+    pub fn start_building(&self, next: impl Into<AnyFilter>) -> Result<Building, AlreadyBuilding> {
         let slot = Arc::clone(&self.shared.rebuild)
             .try_lock_owned()
             .map_err(|_| AlreadyBuilding)?;
-        let next = Arc::new(Generation::empty(next));
+        let next = Arc::new(self.shared.next_generation(next.into()));
         *self.shared.write_building() = Some(Arc::clone(&next));
         Ok(Building {
             filter: self.clone(),
@@ -70,7 +70,7 @@ pub struct Building {
 
 impl Building {
     /// The filter being built. Add keys and merge bits into it freely (it is lock-free).
-    pub fn filter(&self) -> &BloomFilter {
+    pub fn filter(&self) -> &AnyFilter {
         &self.next.filter
     }
 
@@ -126,6 +126,7 @@ impl fmt::Debug for Building {
 
 #[cfg(test)]
 mod tests {
+    use bloom_core::BloomFilter;
     use std::sync::Mutex;
 
     use super::*;

@@ -32,6 +32,32 @@
 //! The alternative of OR-ing the old filter into the new one after the swap would also lose
 //! nothing, but it would carry every deleted key over forever, and dropping deleted keys is
 //! what rebuilds are for.
+//!
+//! # Which filter
+//!
+//! Any [`AnyFilter`]: a plain [`BloomFilter`] (the fastest, the smallest); a
+//! [`ScalableBloomFilter`](bloom_core::ScalableBloomFilter) when the number of keys is not
+//! known up front (it adds stages as keys arrive, and a rebuild sizes the new one's first
+//! stage for the source's count, so it goes back to one stage); or a
+//! [`CountingBloomFilter`](bloom_core::CountingBloomFilter), 4× the memory, when deleted
+//! records must stop passing the guard before the next rebuild ([`SharedFilter::remove`]).
+//! Rebuilt filters are of the same kind.
+//!
+//! # Why a removal touches only the filter that served before the delete
+//!
+//! A counting filter can only lose a key safely if the key is in it: decrementing the
+//! counters of a key that was never inserted takes counts other keys need, which is a false
+//! negative. The filter serving before the record was deleted holds its key (the argument
+//! above), so [`SharedFilter::remove`] decrements that one, and only while it still serves.
+//! A filter being built, or swapped in since, may have read its source after the delete and
+//! not hold the key, so a removal leaves it alone; at worst it keeps the deleted key as a
+//! false positive until the rebuild after.
+//!
+//! Inserts have the mirror problem: the second insert after a commit (for a rebuild whose
+//! source missed the open transaction) would count the key twice in a counting filter, and
+//! one removal would no longer take it out. [`SharedFilter::insert_after_commit`] therefore
+//! writes only the filters published since the first insert: none, unless a rebuild started
+//! in between.
 
 mod external;
 mod rebuild;
@@ -46,7 +72,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockWriteGuard};
 use std::time::Duration;
 
 use arc_swap::{ArcSwap, ArcSwapOption};
-use bloom_core::{BloomFilter, BuildError, Key};
+use bloom_core::{AnyFilter, BloomFilter, BuildError, Key, ScalableBloomFilter};
 use tokio::sync::{Notify, watch};
 
 use crate::stats::{FilterCounters, FilterStats};
@@ -107,6 +133,9 @@ struct Shared {
     /// Called with every inserted key's bytes, after the local writes (see
     /// [`SharedFilter::set_insert_hook`]).
     hook: ArcSwapOption<InsertHook>,
+    /// The number of the newest generation created; they are created and published one at a
+    /// time (under `rebuild`), so a larger number means published later.
+    generations: AtomicU64,
     /// Keys to size rebuilt filters for; 0 when unknown. Doubles on auto-grow.
     capacity: AtomicU64,
     fpr: f64,
@@ -122,7 +151,9 @@ struct Shared {
 
 /// One filter and what is known about its fill.
 struct Generation {
-    filter: BloomFilter,
+    filter: AnyFilter,
+    /// Its place in publication order (see [`Inserted`]).
+    number: u64,
     /// Distinct keys inserted (inserts that set at least one new bit).
     items: AtomicU64,
     /// Set once this generation's saturation has been reported.
@@ -130,18 +161,19 @@ struct Generation {
 }
 
 impl Generation {
-    fn empty(filter: BloomFilter) -> Self {
+    fn empty(filter: AnyFilter, number: u64) -> Self {
         Self {
             filter,
+            number,
             items: AtomicU64::new(0),
             saturation_reported: AtomicBool::new(false),
         }
     }
 
     /// A filter that may already hold keys: estimate how many from its bits (one scan).
-    fn counted(filter: BloomFilter) -> Self {
+    fn counted(filter: AnyFilter) -> Self {
         let estimate = filter.estimated_items();
-        let generation = Self::empty(filter);
+        let generation = Self::empty(filter, 0);
         // `as` saturates: an all-ones filter (infinite estimate) counts as u64::MAX keys.
         generation.items.store(estimate.round() as u64, Relaxed);
         generation
@@ -163,11 +195,13 @@ impl Generation {
 }
 
 impl SharedFilter {
-    /// Shares `filter` with the default settings; see [`builder`](Self::builder) for the rest.
+    /// Shares `filter` (a [`BloomFilter`], a [`CountingBloomFilter`](bloom_core::CountingBloomFilter)
+    /// or a [`ScalableBloomFilter`]) with the default settings; see [`builder`](Self::builder)
+    /// for the rest.
     ///
-    /// Rebuilt filters get the same layout and hash key, and are sized for `filter`'s
-    /// capacity and false-positive rate (or for the source's count hint, if larger).
-    pub fn new(filter: BloomFilter) -> Self {
+    /// Rebuilt filters are of the same kind, with the same layout and hash key, sized for
+    /// `filter`'s capacity and false-positive rate (or for the source's count hint, if larger).
+    pub fn new(filter: impl Into<AnyFilter>) -> Self {
         Self::builder().build(filter)
     }
 
@@ -185,22 +219,57 @@ impl SharedFilter {
     /// Adds `key`, to the serving filter and, while a rebuild runs, to the one it is building.
     ///
     /// Call it **before the write that creates the record becomes visible**, so that nobody
-    /// can read the record while the guard still rejects its key.
-    pub fn insert<K: Key + ?Sized>(&self, key: &K) {
+    /// can read the record while the guard still rejects its key; then, if rebuilds may run
+    /// while writes are in flight, pass what it returns to
+    /// [`insert_after_commit`](Self::insert_after_commit) once the write is committed.
+    pub fn insert<K: Key + ?Sized>(&self, key: &K) -> Inserted {
+        self.write(key, None)
+    }
+
+    /// Adds `key` to every filter published since `inserted` was returned by
+    /// [`insert`](Self::insert): the ones a rebuild may have filled from a snapshot of the
+    /// source taken before the record was committed (an open transaction is in no snapshot).
+    /// Call it after the commit. It writes nothing when no rebuild started in between, so a
+    /// [`CountingBloomFilter`](bloom_core::CountingBloomFilter) counts each record once and
+    /// [`remove`](Self::remove) can take it out again.
+    pub fn insert_after_commit<K: Key + ?Sized>(&self, key: &K, inserted: Inserted) {
+        self.write(key, Some(inserted.newest));
+    }
+
+    /// Writes `key` into the serving and the building filter, or with `after`, into those of
+    /// them published after generation `after`.
+    fn write<K: Key + ?Sized>(&self, key: &K, after: Option<u64>) -> Inserted {
         let shared = &*self.shared;
-        shared.counters.inserts.fetch_add(1, Relaxed);
-        let became = {
+        let is_new = |generation: &Generation| after.is_none_or(|n| generation.number > n);
+        let (inserted, became) = {
             // The read lock spans both writes: see the module docs.
             let building = shared
                 .building
                 .read()
                 .unwrap_or_else(PoisonError::into_inner);
             let current = shared.current.load_full();
-            if let Some(next) = building.as_deref() {
+            let mut wrote = false;
+            if let Some(next) = building.as_deref().filter(|next| is_new(next)) {
                 next.insert(key);
+                wrote = true;
             }
-            current.insert(key).map(|items| (current, items))
+            let became = if is_new(&current) {
+                wrote = true;
+                current.insert(key).map(|items| (current.clone(), items))
+            } else {
+                None
+            };
+            let newest = building
+                .as_deref()
+                .map_or(current.number, |next| next.number.max(current.number));
+            (wrote.then_some(Inserted { newest }), became)
         };
+        let Some(inserted) = inserted else {
+            return Inserted {
+                newest: after.unwrap_or(0),
+            };
+        };
+        shared.counters.inserts.fetch_add(1, Relaxed);
         // After the local writes: whatever the hook forwards, this instance already answers
         // "maybe" for the key.
         if let Some(hook) = shared.hook.load().as_deref() {
@@ -212,6 +281,65 @@ impl SharedFilter {
                 shared.report_saturation(&current, items as f64, None);
             }
         }
+        inserted
+    }
+
+    /// The serving filter's generation: take it **before** deleting a record, and pass it to
+    /// [`remove`](Self::remove) after the delete is committed.
+    pub fn generation(&self) -> FilterGeneration {
+        FilterGeneration(self.shared.current.load().number)
+    }
+
+    /// Removes one insertion of `key` from a counting filter, so the guard rejects it again.
+    /// Call it **after the delete of the record is committed** (the mirror of
+    /// [`insert`](Self::insert)), with the [`generation`](Self::generation) taken before the
+    /// delete, and only for a key that was inserted (a record that existed):
+    ///
+    /// ```
+    /// # use bloom_tower::{CountingBloomFilter, RemoveOutcome, SharedFilter};
+    /// # let filter = SharedFilter::new(CountingBloomFilter::new(1_000, 0.01)?);
+    /// # filter.insert(&7u64);
+    /// let before = filter.generation();
+    /// // DELETE FROM users WHERE id = 7 … committed, one row affected
+    /// assert_eq!(filter.remove(&7u64, before)?, RemoveOutcome::Removed);
+    /// assert!(!filter.contains(&7u64));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// A filter is only ever decremented for a key it holds: decrementing a key that is not
+    /// in it takes counts other keys need (a false negative). The filter serving before the
+    /// delete holds the key; one swapped in since may have been built after the delete, so
+    /// then nothing is removed ([`RemoveOutcome::FilterReplaced`]: that rebuild dropped the
+    /// key, or keeps it as a false positive until the next one). The
+    /// [insert hook](Self::set_insert_hook) is not called: removals stay local.
+    ///
+    /// # Errors
+    /// [`CannotRemove`] if the filter is a plain or a scalable one.
+    pub fn remove<K: Key + ?Sized>(
+        &self,
+        key: &K,
+        before_delete: FilterGeneration,
+    ) -> Result<RemoveOutcome, CannotRemove> {
+        let shared = &*self.shared;
+        let current = shared.current.load();
+        let filter = &current.filter;
+        if filter.as_counting().is_none() {
+            return Err(CannotRemove {
+                kind: filter.kind(),
+            });
+        }
+        if current.number != before_delete.0 {
+            return Ok(RemoveOutcome::FilterReplaced);
+        }
+        if filter.remove(key) != Some(true) {
+            return Ok(RemoveOutcome::Absent);
+        }
+        shared.counters.removes.fetch_add(1, Relaxed);
+        // Keep the distinct-key estimate honest; never below zero.
+        let _ = current
+            .items
+            .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1));
+        Ok(RemoveOutcome::Removed)
     }
 
     /// Counters and state; cheap (no scan of the bits).
@@ -225,10 +353,12 @@ impl SharedFilter {
             .is_some();
         FilterStats {
             name: shared.name.clone().into_owned(),
+            kind: current.filter.kind(),
             capacity: current.filter.capacity(),
             num_bits: current.filter.num_bits(),
             approx_items: current.items.load(Relaxed),
             inserts: shared.counters.inserts.load(Relaxed),
+            removes: shared.counters.removes.load(Relaxed),
             rebuilds: shared.counters.rebuilds.load(Relaxed),
             failed_rebuilds: shared.counters.failed_rebuilds.load(Relaxed),
             cancelled_rebuilds: shared.counters.cancelled_rebuilds.load(Relaxed),
@@ -265,11 +395,47 @@ impl fmt::Debug for SharedFilter {
 pub struct CurrentFilter(Arc<Generation>);
 
 impl Deref for CurrentFilter {
-    type Target = BloomFilter;
+    type Target = AnyFilter;
 
-    fn deref(&self) -> &BloomFilter {
+    fn deref(&self) -> &AnyFilter {
         &self.0.filter
     }
+}
+
+/// Which filters one [`SharedFilter::insert`] wrote; for
+/// [`SharedFilter::insert_after_commit`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Inserted {
+    /// The newest generation written: every later one was published after the insert.
+    newest: u64,
+}
+
+/// Which filter served when [`SharedFilter::generation`] was called; for
+/// [`SharedFilter::remove`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FilterGeneration(u64);
+
+/// What [`SharedFilter::remove`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RemoveOutcome {
+    /// The key's counts were taken out: lookups for it are rejected again (unless it collides
+    /// with other keys, as any absent key may).
+    Removed,
+    /// The filter refused: the key is definitely absent already. Nothing changed.
+    Absent,
+    /// A rebuild swapped in another filter since the generation was taken; that one may not
+    /// hold the key, so nothing was removed (see [`SharedFilter::remove`]).
+    FilterReplaced,
+}
+
+/// [`SharedFilter::remove`] on a filter that cannot remove keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "a {kind} Bloom filter cannot remove keys; share a CountingBloomFilter to remove deleted keys"
+)]
+pub struct CannotRemove {
+    kind: &'static str,
 }
 
 impl fmt::Debug for CurrentFilter {
@@ -279,37 +445,65 @@ impl fmt::Debug for CurrentFilter {
 }
 
 impl Shared {
+    /// A new, empty generation, numbered after every earlier one.
+    fn next_generation(&self, filter: AnyFilter) -> Generation {
+        Generation::empty(filter, self.generations.fetch_add(1, Relaxed) + 1)
+    }
+
     fn write_building(&self) -> RwLockWriteGuard<'_, Option<Arc<Generation>>> {
         self.building
             .write()
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A fresh, empty filter for a rebuild: the current one's layout (and hash key unless
-    /// rotating), sized for the larger of the configured capacity and the source's count
-    /// plus a quarter of headroom for the inserts until the next rebuild; with neither known,
-    /// the current filter's exact shape.
-    fn next_filter(&self, count_hint: Option<u64>) -> Result<BloomFilter, BuildError> {
+    /// A fresh, empty filter for a rebuild: the current one's kind and layout (and hash key
+    /// unless rotating), sized for the larger of the configured capacity and the source's
+    /// count plus a quarter of headroom for the inserts until the next rebuild; with neither
+    /// known, the current filter's exact shape (a scalable filter: its first stage's).
+    fn next_filter(&self, count_hint: Option<u64>) -> Result<AnyFilter, BuildError> {
         let current = self.current.load();
-        let shape = &current.filter;
-        let mut builder = BloomFilter::builder().layout(shape.layout());
-        if !self.rotate_seed {
-            builder = builder.seed(shape.seed());
-        }
+        let seed = (!self.rotate_seed).then(|| current.filter.seed());
         let configured = Some(self.capacity.load(Relaxed)).filter(|&n| n > 0);
         let wanted = match (configured, count_hint.map(|n| n.saturating_add(n / 4))) {
             (Some(configured), Some(hinted)) => Some(configured.max(hinted)),
             (configured, hinted) => configured.or(hinted),
         };
-        match wanted {
-            Some(items) => builder
+        let mut builder = BloomFilter::builder().layout(current.filter.layout());
+        if let Some(seed) = seed {
+            builder = builder.seed(seed);
+        }
+        let sized = |items: u64| {
+            builder
+                .clone()
                 .expected_items(items.max(1))
                 .false_positive_rate(self.fpr)
-                .build(),
-            None => builder
-                .bits(shape.num_bits())
-                .hashes(shape.num_hashes())
-                .build(),
+        };
+        match (&current.filter, wanted) {
+            (AnyFilter::Scalable(scalable), wanted) => {
+                let first_stage = wanted.unwrap_or(scalable.initial_capacity()).max(1);
+                let mut next = ScalableBloomFilter::builder(first_stage, self.fpr)
+                    .layout(scalable.layout())
+                    .growth_factor(scalable.growth_factor())
+                    .tightening_ratio(scalable.tightening_ratio());
+                if let Some(seed) = seed {
+                    next = next.seed(seed);
+                }
+                next.build().map(AnyFilter::from)
+            }
+            (AnyFilter::Plain(_), Some(items)) => sized(items).build().map(AnyFilter::from),
+            (AnyFilter::Counting(_), Some(items)) => {
+                sized(items).build_counting().map(AnyFilter::from)
+            }
+            (AnyFilter::Plain(plain), None) => builder
+                .bits(plain.num_bits())
+                .hashes(plain.num_hashes())
+                .build()
+                .map(AnyFilter::from),
+            (AnyFilter::Counting(counting), None) => builder
+                .bits(counting.num_slots())
+                .hashes(counting.num_hashes())
+                .build_counting()
+                .map(AnyFilter::from),
         }
     }
 }
@@ -375,8 +569,10 @@ impl SharedFilterBuilder {
         self
     }
 
-    /// Shares `filter`. Its bits are scanned once to estimate how many keys it holds.
-    pub fn build(self, filter: BloomFilter) -> SharedFilter {
+    /// Shares `filter` (any kind: see [`SharedFilter::new`]). Its bits are scanned once to
+    /// estimate how many keys it holds.
+    pub fn build(self, filter: impl Into<AnyFilter>) -> SharedFilter {
+        let filter = filter.into();
         let capacity = self.capacity.or(filter.capacity()).unwrap_or(0);
         let fpr = self.fpr.or(filter.target_fpr()).unwrap_or(DEFAULT_FPR);
         let (closed, _) = watch::channel(());
@@ -387,6 +583,7 @@ impl SharedFilterBuilder {
                 building: RwLock::new(None),
                 rebuild: Arc::new(tokio::sync::Mutex::new(rebuild::Slot::default())),
                 hook: ArcSwapOption::empty(),
+                generations: AtomicU64::new(0),
                 capacity: AtomicU64::new(capacity),
                 fpr,
                 rotate_seed: self.rotate_seed,
@@ -434,6 +631,7 @@ mod tests {
         let by_bits = BloomFilter::builder().bits(4096).hashes(3).seed(1).build();
         let filter = SharedFilter::new(by_bits.unwrap());
         let next = filter.shared.next_filter(None).unwrap();
+        let next = next.as_plain().unwrap();
         assert_eq!((next.num_bits(), next.num_hashes()), (4096, 3));
         let hinted = filter.shared.next_filter(Some(1_000)).unwrap();
         assert_eq!(hinted.capacity(), Some(1_250));

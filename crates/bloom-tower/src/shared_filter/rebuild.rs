@@ -10,7 +10,7 @@ use futures_util::StreamExt;
 use tokio::sync::{MutexGuard, Notify};
 use tokio::task::JoinHandle;
 
-use super::{Generation, Shared, SharedFilter};
+use super::{Shared, SharedFilter};
 use crate::key_source::{BoxError, KeySource};
 use crate::stats::RebuildOutcome;
 
@@ -203,7 +203,7 @@ impl SharedFilter {
             finished: Finished::Cancelled,
         };
         let next = match shared.next_filter(source.count_hint()) {
-            Ok(filter) => Arc::new(Generation::empty(filter)),
+            Ok(filter) => Arc::new(shared.next_generation(filter)),
             Err(error) => {
                 let error = ReloadError(Repr::Size(error));
                 run.finished = Finished::Failed(Chain(&error).to_string().into());

@@ -9,7 +9,7 @@ use std::io::{self, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use bloom_core::{BloomFilter, DecodeError};
+use bloom_core::{AnyFilter, DecodeError};
 
 use super::{SharedFilter, SharedFilterBuilder};
 
@@ -82,13 +82,14 @@ impl SharedFilter {
 }
 
 impl SharedFilterBuilder {
-    /// Loads a snapshot written by [`SharedFilter::save`] and shares it with these settings.
+    /// Loads a snapshot written by [`SharedFilter::save`] (of any filter kind) and shares it
+    /// with these settings.
     pub async fn load(self, path: impl AsRef<Path>) -> Result<SharedFilter, SnapshotError> {
         let path = path.as_ref().to_owned();
         let source = path.clone();
         let read = tokio::task::spawn_blocking(move || {
             let file = File::open(&source).map_err(DecodeError::Io)?;
-            BloomFilter::read_from(&mut BufReader::new(file))
+            AnyFilter::read_from(&mut BufReader::new(file))
         })
         .await
         .unwrap_or_else(|join| Err(DecodeError::Io(io::Error::other(join))));
@@ -100,7 +101,7 @@ impl SharedFilterBuilder {
     }
 }
 
-fn write_atomically(path: &Path, filter: &BloomFilter) -> io::Result<()> {
+fn write_atomically(path: &Path, filter: &AnyFilter) -> io::Result<()> {
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
@@ -118,7 +119,7 @@ fn write_atomically(path: &Path, filter: &BloomFilter) -> io::Result<()> {
     sync_dir(dir)
 }
 
-fn write_file(temp: &Path, filter: &BloomFilter) -> io::Result<()> {
+fn write_file(temp: &Path, filter: &AnyFilter) -> io::Result<()> {
     let mut out = BufWriter::new(File::create(temp)?);
     filter.write_to(&mut out)?;
     out.flush()?;

@@ -1,0 +1,395 @@
+//! [`AnyFilter`]: one of the three filters, for code that serves whichever the user chose
+//! (a shared handle, a snapshot on disk) and reads back whichever a file holds.
+
+use std::fmt;
+use std::io::{self, Read, Write};
+
+use crate::format::{Kind, read_up_to};
+use crate::{
+    BloomFilter, BuildError, CountingBloomFilter, DecodeError, Key, Layout, ScalableBloomFilter,
+};
+
+/// A [`BloomFilter`], a [`CountingBloomFilter`] or a [`ScalableBloomFilter`].
+///
+/// Every variant inserts and answers lookups with the same keyed hashing and the same
+/// "never a false negative" contract; they differ in what else they can do:
+///
+/// | variant  | memory                          | can remove | needs the key count up front |
+/// |----------|---------------------------------|------------|------------------------------|
+/// | plain    | ≈ 10 bits per key at p = 1%     | no         | yes                          |
+/// | counting | 4× plain (a 4-bit counter a bit) | yes       | yes                          |
+/// | scalable | more than plain: each new stage is sized for a stricter rate, and the newest is partly empty | no | no: it adds stages |
+///
+/// [`read_from`](Self::read_from) reads a file of any kind.
+///
+/// ```
+/// use bloom_core::{AnyFilter, ScalableBloomFilter};
+///
+/// let filter = AnyFilter::from(ScalableBloomFilter::new(1_000, 0.01)?);
+/// filter.insert("alice");
+/// let copy = AnyFilter::from_bytes(&filter.to_bytes())?;
+/// assert!(copy.contains("alice"));
+/// assert!(copy.as_scalable().is_some());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub enum AnyFilter {
+    /// A fixed-size filter of bits.
+    Plain(BloomFilter),
+    /// A fixed-size filter of 4-bit counters: supports [`remove`](Self::remove).
+    Counting(CountingBloomFilter),
+    /// A list of plain filters that grows as keys arrive.
+    Scalable(ScalableBloomFilter),
+}
+
+impl AnyFilter {
+    /// Adds `key`. Returns `true` if the filter changed (the key was not maybe-present).
+    #[inline]
+    pub fn insert<K: Key + ?Sized>(&self, key: &K) -> bool {
+        match self {
+            Self::Plain(f) => f.insert(key),
+            Self::Counting(f) => f.insert(key),
+            Self::Scalable(f) => f.insert(key),
+        }
+    }
+
+    /// `false` means `key` was definitely never inserted.
+    #[inline]
+    pub fn contains<K: Key + ?Sized>(&self, key: &K) -> bool {
+        match self {
+            Self::Plain(f) => f.contains(key),
+            Self::Counting(f) => f.contains(key),
+            Self::Scalable(f) => f.contains(key),
+        }
+    }
+
+    /// Removes one insertion of `key` from a counting filter (see
+    /// [`CountingBloomFilter::remove`]): `Some(true)` if removed, `Some(false)` if refused
+    /// because `key` is definitely absent, `None` if this kind of filter cannot remove.
+    pub fn remove<K: Key + ?Sized>(&self, key: &K) -> Option<bool> {
+        match self {
+            Self::Counting(f) => Some(f.remove(key)),
+            Self::Plain(_) | Self::Scalable(_) => None,
+        }
+    }
+
+    /// "plain", "counting" or "scalable": for logs and metric labels.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Plain(_) => "plain",
+            Self::Counting(_) => "counting",
+            Self::Scalable(_) => "scalable",
+        }
+    }
+
+    /// The plain filter, if this is one.
+    pub fn as_plain(&self) -> Option<&BloomFilter> {
+        match self {
+            Self::Plain(f) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// The counting filter, if this is one.
+    pub fn as_counting(&self) -> Option<&CountingBloomFilter> {
+        match self {
+            Self::Counting(f) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// The scalable filter, if this is one.
+    pub fn as_scalable(&self) -> Option<&ScalableBloomFilter> {
+        match self {
+            Self::Scalable(f) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// The layout (of every stage, for a scalable filter).
+    pub fn layout(&self) -> Layout {
+        match self {
+            Self::Plain(f) => f.layout(),
+            Self::Counting(f) => f.layout(),
+            Self::Scalable(f) => f.layout(),
+        }
+    }
+
+    /// The secret hash key. Never log it.
+    pub fn seed(&self) -> u128 {
+        match self {
+            Self::Plain(f) => f.seed(),
+            Self::Counting(f) => f.seed(),
+            Self::Scalable(f) => f.seed(),
+        }
+    }
+
+    /// The number of keys a fixed-size filter was sized for; `None` if it was sized by bits,
+    /// and always `None` for a scalable filter, which has no limit.
+    pub fn capacity(&self) -> Option<u64> {
+        match self {
+            Self::Plain(f) => f.capacity(),
+            Self::Counting(f) => f.capacity(),
+            Self::Scalable(_) => None,
+        }
+    }
+
+    /// The false-positive rate it was sized for (the compound bound for a scalable filter).
+    pub fn target_fpr(&self) -> Option<f64> {
+        match self {
+            Self::Plain(f) => f.target_fpr(),
+            Self::Counting(f) => f.target_fpr(),
+            Self::Scalable(f) => Some(f.target_fpr()),
+        }
+    }
+
+    /// Bits (slots, for a counting filter; summed over stages, for a scalable one).
+    pub fn num_bits(&self) -> u64 {
+        match self {
+            Self::Plain(f) => f.num_bits(),
+            Self::Counting(f) => f.num_slots(),
+            Self::Scalable(f) => f.stage_stats().iter().map(|s| s.num_bits).sum(),
+        }
+    }
+
+    /// Memory held, in bytes.
+    pub fn size_in_bytes(&self) -> usize {
+        match self {
+            Self::Plain(f) => f.size_in_bytes(),
+            Self::Counting(f) => f.size_in_bytes(),
+            Self::Scalable(f) => f.size_in_bytes(),
+        }
+    }
+
+    /// The fraction of bits set (non-zero counters; over all stages). One scan.
+    pub fn fill_ratio(&self) -> f64 {
+        match self {
+            Self::Plain(f) => f.fill_ratio(),
+            Self::Counting(f) => f.fill_ratio(),
+            Self::Scalable(f) => {
+                let stages = f.stage_stats();
+                let bits: u64 = stages.iter().map(|s| s.num_bits).sum();
+                let set: f64 = stages
+                    .iter()
+                    .map(|s| s.fill_ratio * s.num_bits as f64)
+                    .sum();
+                set / bits as f64
+            }
+        }
+    }
+
+    /// Distinct keys, estimated from the bits (one scan).
+    pub fn estimated_items(&self) -> f64 {
+        match self {
+            Self::Plain(f) => f.estimated_items(),
+            Self::Counting(f) => f.estimated_items(),
+            Self::Scalable(f) => f.estimated_items(),
+        }
+    }
+
+    /// The false-positive rate the bits imply now (one scan).
+    pub fn current_fpr(&self) -> f64 {
+        match self {
+            Self::Plain(f) => f.current_fpr(),
+            Self::Counting(f) => f.current_fpr(),
+            Self::Scalable(f) => f.current_fpr(),
+        }
+    }
+
+    /// An empty filter of the same kind, layout and settings, sized for `expected_items` at
+    /// `false_positive_rate` (a scalable filter's first stage takes `expected_items`), with
+    /// this filter's hash key or, if `seed` is `Some`, that one.
+    pub fn empty_like(
+        &self,
+        expected_items: u64,
+        false_positive_rate: f64,
+        seed: Option<u128>,
+    ) -> Result<AnyFilter, BuildError> {
+        let seed = seed.unwrap_or_else(|| self.seed());
+        let builder = BloomFilter::builder()
+            .layout(self.layout())
+            .seed(seed)
+            .expected_items(expected_items)
+            .false_positive_rate(false_positive_rate);
+        Ok(match self {
+            Self::Plain(_) => Self::Plain(builder.build()?),
+            Self::Counting(_) => Self::Counting(builder.build_counting()?),
+            Self::Scalable(f) => Self::Scalable(
+                ScalableBloomFilter::builder(expected_items, false_positive_rate)
+                    .layout(f.layout())
+                    .growth_factor(f.growth_factor())
+                    .tightening_ratio(f.tightening_ratio())
+                    .seed(seed)
+                    .build()?,
+            ),
+        })
+    }
+
+    /// The filter in the file format of its kind (see `docs/FORMAT.md`).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        match self {
+            Self::Plain(f) => f.to_bytes(),
+            Self::Counting(f) => f.to_bytes(),
+            Self::Scalable(f) => f.to_bytes(),
+        }
+    }
+
+    /// Writes [`to_bytes`](Self::to_bytes)'s output to `w`.
+    pub fn write_to<W: Write + ?Sized>(&self, w: &mut W) -> io::Result<()> {
+        match self {
+            Self::Plain(f) => f.write_to(w),
+            Self::Counting(f) => f.write_to(w),
+            Self::Scalable(f) => f.write_to(w),
+        }
+    }
+
+    /// Reads a filter of any kind from exactly `bytes`.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, DecodeError> {
+        match kind_of(bytes) {
+            Some(Kind::Counting) => CountingBloomFilter::from_bytes(bytes).map(Self::Counting),
+            Some(Kind::Scalable) => ScalableBloomFilter::from_bytes(bytes).map(Self::Scalable),
+            // Also anything unrecognisable: the plain decoder names what is wrong with it.
+            Some(Kind::Bits) | None => BloomFilter::from_bytes(bytes).map(Self::Plain),
+        }
+    }
+
+    /// Reads one filter of any kind from `r`, which must end right after it.
+    pub fn read_from<R: Read + ?Sized>(r: &mut R) -> Result<Self, DecodeError> {
+        // The kind byte comes first in every kind's header: read up to it, then hand the
+        // decoder those bytes followed by the rest of the stream.
+        let mut head = [0u8; KIND_OFFSET + 1];
+        let got = read_up_to(r, &mut head)?;
+        let mut whole = io::Cursor::new(&head[..got]).chain(r);
+        match kind_of(&head[..got]) {
+            Some(Kind::Counting) => CountingBloomFilter::read_from(&mut whole).map(Self::Counting),
+            Some(Kind::Scalable) => ScalableBloomFilter::read_from(&mut whole).map(Self::Scalable),
+            Some(Kind::Bits) | None => BloomFilter::read_from(&mut whole).map(Self::Plain),
+        }
+    }
+}
+
+/// Where every header keeps its kind byte (after the 8-byte magic and the 2-byte version).
+const KIND_OFFSET: usize = 10;
+
+fn kind_of(bytes: &[u8]) -> Option<Kind> {
+    bytes.get(KIND_OFFSET).copied().and_then(Kind::from_byte)
+}
+
+impl From<BloomFilter> for AnyFilter {
+    fn from(filter: BloomFilter) -> Self {
+        Self::Plain(filter)
+    }
+}
+
+impl From<CountingBloomFilter> for AnyFilter {
+    fn from(filter: CountingBloomFilter) -> Self {
+        Self::Counting(filter)
+    }
+}
+
+impl From<ScalableBloomFilter> for AnyFilter {
+    fn from(filter: ScalableBloomFilter) -> Self {
+        Self::Scalable(filter)
+    }
+}
+
+impl fmt::Debug for AnyFilter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Plain(filter) => fmt::Debug::fmt(filter, f),
+            Self::Counting(filter) => fmt::Debug::fmt(filter, f),
+            Self::Scalable(filter) => fmt::Debug::fmt(filter, f),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn each_kind() -> [AnyFilter; 3] {
+        [
+            BloomFilter::builder()
+                .expected_items(1_000)
+                .false_positive_rate(0.01)
+                .seed(3)
+                .build()
+                .unwrap()
+                .into(),
+            CountingBloomFilter::builder()
+                .expected_items(1_000)
+                .false_positive_rate(0.01)
+                .seed(3)
+                .build_counting()
+                .unwrap()
+                .into(),
+            ScalableBloomFilter::builder(100, 0.01)
+                .seed(3)
+                .build()
+                .unwrap()
+                .into(),
+        ]
+    }
+
+    #[test]
+    fn every_kind_round_trips_through_bytes_and_streams() {
+        for filter in each_kind() {
+            for key in 0..1_000u64 {
+                filter.insert(&key);
+            }
+            let bytes = filter.to_bytes();
+            let streamed = AnyFilter::read_from(&mut &bytes[..]).unwrap();
+            let decoded = AnyFilter::from_bytes(&bytes).unwrap();
+            for copy in [&streamed, &decoded] {
+                assert_eq!(copy.kind(), filter.kind());
+                assert_eq!(copy.to_bytes(), bytes, "{}", filter.kind());
+                assert!((0..1_000u64).all(|key| copy.contains(&key)));
+            }
+        }
+    }
+
+    #[test]
+    fn damaged_input_is_an_error_of_the_kind_it_claims() {
+        for filter in each_kind() {
+            let bytes = filter.to_bytes();
+            for len in [0, 5, KIND_OFFSET, KIND_OFFSET + 1, 64, bytes.len() - 1] {
+                assert!(AnyFilter::from_bytes(&bytes[..len]).is_err());
+                assert!(AnyFilter::read_from(&mut &bytes[..len]).is_err());
+            }
+            let mut flipped = bytes.clone();
+            flipped[bytes.len() / 2] ^= 0x10;
+            assert!(AnyFilter::from_bytes(&flipped).is_err());
+        }
+        let mut unknown = each_kind()[0].to_bytes();
+        unknown[KIND_OFFSET] = 9;
+        assert!(matches!(
+            AnyFilter::read_from(&mut &unknown[..]),
+            Err(DecodeError::UnsupportedKind { found: 9 })
+        ));
+    }
+
+    #[test]
+    fn only_a_counting_filter_removes() {
+        let [plain, counting, scalable] = each_kind();
+        for filter in [&plain, &counting, &scalable] {
+            filter.insert("k");
+        }
+        assert_eq!(plain.remove("k"), None);
+        assert_eq!(scalable.remove("k"), None);
+        assert_eq!(counting.remove("k"), Some(true));
+        assert!(!counting.contains("k"));
+        assert_eq!(counting.remove("k"), Some(false));
+    }
+
+    #[test]
+    fn empty_like_keeps_kind_layout_and_key() {
+        for filter in each_kind() {
+            let next = filter.empty_like(5_000, 0.001, None).unwrap();
+            assert_eq!(
+                (next.kind(), next.layout(), next.seed()),
+                (filter.kind(), filter.layout(), 3)
+            );
+            assert_eq!(next.target_fpr(), Some(0.001));
+            assert_eq!(filter.empty_like(5_000, 0.001, Some(9)).unwrap().seed(), 9);
+        }
+    }
+}
