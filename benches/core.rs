@@ -3,6 +3,14 @@
 //!
 //! Implementations (the function names in each group):
 //! * `bloom-core-blocked`, `bloom-core-classic`: [`bloom_core::BloomFilter`] in each layout;
+//! * `bloom-core-counting`: [`bloom_core::CountingBloomFilter`], Blocked (4-bit counters: 4×
+//!   the memory of `bloom-core-blocked`, the same slots and `k`);
+//! * `bloom-core-scalable`: [`bloom_core::ScalableBloomFilter`] (Blocked stages, growth ×2,
+//!   tightening 0.5) with initial capacity `n`, so that it holds the `n` members in its one
+//!   stage (sized for p/2, the first stage's share of p);
+//! * `bloom-core-scalable-grown`: the same with initial capacity `n / 64`, the case where `n`
+//!   was not known: the `n` members fill 7 stages, and a lookup checks every stage (newest
+//!   first) until one answers yes, so a miss probes all 7;
 //! * `fastbloom`: `fastbloom::AtomicBloomFilter` with its default hasher (SipHash-1-3, random
 //!   key);
 //! * `bloomfilter`: `bloomfilter::Bloom` (two SipHash-1-3, random key).
@@ -14,23 +22,32 @@
 //! throughput loop, not a latency chain). Groups, named for a table:
 //!
 //! * `insert/{u64,str}/{1M,50M}`: one insert per iteration into a filter that is cleared
-//!   (untimed) each time the shuffled member keys have all been inserted;
+//!   (untimed) each time the shuffled member keys have all been inserted. The counting and
+//!   scalable filters have no `clear`: a fresh one of the same parameters replaces them, so
+//!   `bloom-core-scalable-grown` grows through its stages again on every pass (stage
+//!   allocations timed, as they are in use), and the fresh filters' pages are faulted in by
+//!   the timed inserts (the others are cleared in place; measured outside this file, that
+//!   costs a counting filter nothing visible at 1M and about 2% at 50M);
 //! * `contains_hit/…`, `contains_miss/…`: one `contains` per iteration on the filter holding
 //!   all `n` members;
 //! * `contains_many_hit/…`, `contains_many_miss/…`: one batch of 1024 keys per iteration
-//!   (throughput in keys): ours through `contains_many` (hashes ahead and prefetches), the
-//!   peers through a loop of `contains` collected into the same `Vec<bool>`;
+//!   (throughput in keys): `bloom-core-blocked` / `-classic` through `contains_many` (hashes
+//!   ahead and prefetches); the counting and scalable filters, which have no batch lookup,
+//!   and the peers through a loop of `contains` collected into the same `Vec<bool>`;
 //! * `contains_threads/…`: `bloom-core-blocked-1t` / `-2t`, hits looked up by 1 or 2 threads
 //!   sharing one `&BloomFilter`; `time(1t) / time(2t)` is the 2-thread speedup.
 //!
-//! At start the bits per item of each implementation at 1M and 50M are printed to stderr; when
-//! the filled filters are built, the fill time and each one's false-positive rate on the
-//! non-member queries are printed too (and any false negative on the members panics).
+//! At start the bits per item (of memory) of each implementation at 1M and 50M are printed to
+//! stderr (for the scalable filters, of their first stage: what they hold before any insert);
+//! when the filled filters are built, the fill time, each one's false-positive rate on the
+//! non-member queries and bits per item once filled, and the scalable filters' numbers of
+//! stages are printed too (and any false negative on the members panics).
 //!
 //! Setup is done before criterion times anything, and only for the key kinds and sizes the
-//! command-line filter can select: the 50M fill takes a minute or more (every insert is a
-//! cache miss; about 100 s on a loaded 2-vCPU VM). Default settings: 1 s warm-up, 2 s
-//! measurement, 30 samples; the 1M-only run takes about 3 minutes.
+//! command-line filter can select: the 50M fill takes minutes (every insert is a cache miss;
+//! about 100 s on a loaded 2-vCPU VM before the counting and scalable filters were added,
+//! which add to it). Default settings: 1 s warm-up, 2 s measurement, 30 samples; the 1M-only
+//! run takes about 5 minutes.
 //!
 //! Run (from the workspace root):
 //! ```text
@@ -53,7 +70,7 @@ use bloom_benches::{
     BATCH, FPR, KeySet, LARGE, SMALL, STR_KEY_LEN, StrKeys, U64Keys, filter_may_select, query_ids,
     size_label, sizes, write_str_key,
 };
-use bloom_core::{BloomFilter, Key, Layout};
+use bloom_core::{BloomFilter, CountingBloomFilter, Key, Layout, ScalableBloomFilter};
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
 
@@ -95,6 +112,78 @@ impl<Q: ?Sized + Key> Filter<Q> for BloomFilter {
     }
     fn hashes(&self) -> u32 {
         self.num_hashes()
+    }
+}
+
+impl<Q: ?Sized + Key> Filter<Q> for CountingBloomFilter {
+    #[inline(always)]
+    fn insert(&mut self, key: &Q) -> bool {
+        CountingBloomFilter::insert(self, key)
+    }
+    #[inline(always)]
+    fn contains(&self, key: &Q) -> bool {
+        CountingBloomFilter::contains(self, key)
+    }
+    #[inline(always)]
+    fn contains_batch<'a>(&self, keys: impl Iterator<Item = &'a Q>) -> Vec<bool>
+    where
+        Q: 'a,
+    {
+        keys.map(|k| CountingBloomFilter::contains(self, k))
+            .collect()
+    }
+    /// No `clear`: a fresh filter of the same shape (and a new random hash key).
+    fn clear(&mut self) {
+        *self = CountingBloomFilter::builder()
+            .bits(self.num_slots())
+            .hashes(self.num_hashes())
+            .layout(self.layout())
+            .build_counting()
+            .expect("valid parameters");
+    }
+    /// Bits of memory: 4 per slot.
+    fn bits(&self) -> u64 {
+        self.size_in_bytes() as u64 * 8
+    }
+    fn hashes(&self) -> u32 {
+        self.num_hashes()
+    }
+}
+
+impl<Q: ?Sized + Key> Filter<Q> for ScalableBloomFilter {
+    #[inline(always)]
+    fn insert(&mut self, key: &Q) -> bool {
+        ScalableBloomFilter::insert(self, key)
+    }
+    #[inline(always)]
+    fn contains(&self, key: &Q) -> bool {
+        ScalableBloomFilter::contains(self, key)
+    }
+    #[inline(always)]
+    fn contains_batch<'a>(&self, keys: impl Iterator<Item = &'a Q>) -> Vec<bool>
+    where
+        Q: 'a,
+    {
+        keys.map(|k| ScalableBloomFilter::contains(self, k))
+            .collect()
+    }
+    /// No `clear`: a fresh filter of the same parameters and hash key, back to one stage
+    /// (growth and tightening are the defaults, as [`ours_scalable`] builds).
+    fn clear(&mut self) {
+        let initial_capacity = self.stage_stats()[0].capacity;
+        *self = ScalableBloomFilter::builder(initial_capacity, self.target_fpr())
+            .layout(self.layout())
+            .seed(self.seed())
+            .build()
+            .expect("valid parameters");
+    }
+    /// Bits of memory, over every stage so far.
+    fn bits(&self) -> u64 {
+        self.size_in_bytes() as u64 * 8
+    }
+    /// The newest stage's `k` (the stages' `k` grow as their false-positive rates tighten).
+    fn hashes(&self) -> u32 {
+        self.stage_stats().last().map_or(0, |s| s.num_hashes)
     }
 }
 
@@ -163,6 +252,29 @@ fn ours(n: u64, layout: Layout) -> BloomFilter {
         .expect("valid parameters")
 }
 
+/// Our counting filter, Blocked, sized for `n` items at [`FPR`], with a random hash key.
+fn ours_counting(n: u64) -> CountingBloomFilter {
+    CountingBloomFilter::builder()
+        .expected_items(n)
+        .false_positive_rate(FPR)
+        .layout(Layout::Blocked)
+        .build_counting()
+        .expect("valid parameters")
+}
+
+/// Our scalable filter (Blocked stages, default growth and tightening) starting at
+/// `initial_capacity` items, compound rate [`FPR`], with a random hash key.
+fn ours_scalable(initial_capacity: u64) -> ScalableBloomFilter {
+    ScalableBloomFilter::builder(initial_capacity, FPR)
+        .layout(Layout::Blocked)
+        .build()
+        .expect("valid parameters")
+}
+
+/// Initial capacity of `bloom-core-scalable-grown` for `n` items: after `n` inserts it has
+/// 7 stages (capacities n/64, n/32, …, n: the first 6 hold 63/64 of `n`).
+const GROWN_DIVISOR: u64 = 64;
+
 fn fastbloom_filter(n: u64) -> fastbloom::AtomicBloomFilter {
     fastbloom::AtomicBloomFilter::with_false_pos(FPR).expected_items(n as usize)
 }
@@ -171,20 +283,26 @@ fn bloomfilter_filter<Q: ?Sized>(n: u64) -> bloomfilter::Bloom<Q> {
     bloomfilter::Bloom::new_for_fp_rate(n as usize, FPR).expect("valid parameters")
 }
 
-/// The four implementations, each sized for `n` items at [`FPR`], with random hash keys.
+/// The seven implementations, each sized for `n` items at [`FPR`] (the scalable-grown one
+/// growing to it), with random hash keys.
 struct Filters<Q: ?Sized> {
     blocked: BloomFilter,
     classic: BloomFilter,
+    counting: CountingBloomFilter,
+    scalable: ScalableBloomFilter,
+    scalable_grown: ScalableBloomFilter,
     fastbloom: fastbloom::AtomicBloomFilter,
     bloomfilter: bloomfilter::Bloom<Q>,
 }
 
 impl<Q: ?Sized + Key + Hash> Filters<Q> {
-    /// All four, holding the members `0..n`, the keys generated on the fly (never all held
+    /// All seven, holding the members `0..n`, the keys generated on the fly (never all held
     /// at once). Out of cache every insert is a cache miss and a serial fill of 50M keys takes
     /// minutes, so two threads share the work: `bloomfilter` (the slowest, and it needs
-    /// `&mut`) with a quarter of `fastbloom`, and ours (through the prefetching `insert_many`)
-    /// with the rest of `fastbloom`.
+    /// `&mut`) with the counting filter and a quarter of `fastbloom`, and the plain filters
+    /// (through the prefetching `insert_many`) with the scalable ones and the rest of
+    /// `fastbloom`. Each scalable filter is filled by one thread, in order, so its stages
+    /// grow as they would in use.
     fn filled<S: BulkKeys<Key = Q>>(n: u64) -> Self
     where
         Q: Send + Sync,
@@ -192,20 +310,33 @@ impl<Q: ?Sized + Key + Hash> Filters<Q> {
         let mut f = Self {
             blocked: ours(n, Layout::Blocked),
             classic: ours(n, Layout::Classic),
+            counting: ours_counting(n),
+            scalable: ours_scalable(n),
+            scalable_grown: ours_scalable(n / GROWN_DIVISOR),
             fastbloom: fastbloom_filter(n),
             bloomfilter: bloomfilter_filter(n),
         };
         let (blocked, classic, fastbloom) = (&f.blocked, &f.classic, &f.fastbloom);
+        let (counting, scalable, grown) = (&f.counting, &f.scalable, &f.scalable_grown);
         let bloom = &mut f.bloomfilter;
         std::thread::scope(|s| {
             s.spawn(move || {
                 S::for_each_key(0..n, |k| bloom.set(k));
+                S::for_each_key(0..n, |k| {
+                    counting.insert(k);
+                });
                 S::for_each_key(0..n / 4, |k| {
                     fastbloom.insert(k);
                 });
             });
             S::insert_many(blocked, 0..n);
             S::insert_many(classic, 0..n);
+            S::for_each_key(0..n, |k| {
+                scalable.insert(k);
+            });
+            S::for_each_key(0..n, |k| {
+                grown.insert(k);
+            });
             S::for_each_key(n / 4..n, |k| {
                 fastbloom.insert(k);
             });
@@ -258,6 +389,13 @@ fn each_impl<Q: ?Sized + Key + Hash>(v: &mut impl Visit<Q>) {
         "bloom-core-classic",
         |n| ours(n, Layout::Classic),
         |f| &f.classic,
+    );
+    v.visit("bloom-core-counting", ours_counting, |f| &f.counting);
+    v.visit("bloom-core-scalable", ours_scalable, |f| &f.scalable);
+    v.visit(
+        "bloom-core-scalable-grown",
+        |n| ours_scalable(n / GROWN_DIVISOR),
+        |f| &f.scalable_grown,
     );
     v.visit("fastbloom", fastbloom_filter, |f| &f.fastbloom);
     v.visit("bloomfilter", bloomfilter_filter, |f| &f.bloomfilter);
@@ -331,29 +469,40 @@ where
         })
     }
 
-    /// The four filters holding all `n` members. Checks, untimed, that every member query is
-    /// found and prints the false-positive rate measured on the non-member queries.
+    /// The seven filters holding all `n` members. Checks, untimed, that every member query is
+    /// found and prints the false-positive rate measured on the non-member queries, the bits
+    /// per item, and the scalable filters' numbers of stages.
     fn filled(&self) -> &Filters<S::Key> {
         self.filled.get_or_init(|| {
             let q = self.queries();
             let t = Instant::now();
             let f = Filters::filled::<S>(self.n);
             eprint!(
-                "[setup {}] filled the 4 filters with {} keys in {:.2?}; FPR:",
+                "[setup {}] filled the 7 filters with {} keys in {:.2?}; FPR (bits/item):",
                 self.label(),
                 self.n,
                 t.elapsed()
             );
-            each_impl(&mut Check { q, f: &f });
-            eprintln!();
+            each_impl(&mut Check {
+                q,
+                n: self.n,
+                f: &f,
+            });
+            eprintln!(
+                " stages: bloom-core-scalable {}, bloom-core-scalable-grown {}",
+                f.scalable.num_stages(),
+                f.scalable_grown.num_stages()
+            );
             f
         })
     }
 }
 
-/// Counts the hits on members (must be all) and non-members (the false-positive rate).
+/// Counts the hits on members (must be all) and non-members (the false-positive rate), and
+/// prints the bits per item of the filters holding `n` items.
 struct Check<'a, S: KeySet> {
     q: &'a Queries<S>,
+    n: u64,
     f: &'a Filters<S::Key>,
 }
 
@@ -370,8 +519,9 @@ impl<S: KeySet> Visit<S::Key> for Check<'_, S> {
         assert_eq!(hits, self.q.members.len(), "{name}: false negatives");
         let false_pos = count(&self.q.non_members);
         eprint!(
-            " {name} {:.4};",
-            false_pos as f64 / self.q.non_members.len() as f64
+            " {name} {:.4} ({:.2});",
+            false_pos as f64 / self.q.non_members.len() as f64,
+            f.bits() as f64 / self.n as f64
         );
     }
 }

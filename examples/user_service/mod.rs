@@ -3,7 +3,7 @@
 //! | route | what it does |
 //! | --- | --- |
 //! | `GET /users/{id}` | `BloomGuard` (route layer) → `GuardedCache` → `SELECT … WHERE id = $1` |
-//! | `DELETE /users/{id}` | deletes the row and forgets the cached user |
+//! | `DELETE /users/{id}` | deletes the row and forgets the cached user; with `--counting`, removes the id from the filter too |
 //! | `POST /users` | `{"name", "email"}` → `201` with the user; the id is in the filter before the row is visible |
 //! | `GET /metrics` | Prometheus text: guard, cache, filter and database counters, live FPR, fill |
 //! | `GET /health` | `ok` when the database answers |
