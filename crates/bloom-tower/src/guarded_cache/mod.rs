@@ -359,6 +359,11 @@ where
     /// What a create handler calls: adds `key` to the filter and forgets any negative entry,
     /// so the new record is found by the very next lookup. Call it before the record becomes
     /// visible in the database.
+    ///
+    /// With a counting filter, insert once: a second `insert_and_invalidate` (or
+    /// [`SharedFilter::insert`]) for the same record counts it twice, and one
+    /// [`SharedFilter::remove`] would no longer take it out. After the commit, use
+    /// [`SharedFilter::insert_after_commit`] and [`invalidate`](Self::invalidate).
     pub async fn insert_and_invalidate(&self, key: &K) {
         self.inner.filter.insert(key);
         self.invalidate(key).await;

@@ -36,7 +36,7 @@
 //! # Which filter
 //!
 //! Any [`AnyFilter`]: a plain [`BloomFilter`] (the fastest, the smallest); a
-//! [`ScalableBloomFilter`](bloom_core::ScalableBloomFilter) when the number of keys is not
+//! [`ScalableBloomFilter`] when the number of keys is not
 //! known up front (it adds stages as keys arrive, and a rebuild sizes the new one's first
 //! stage for the source's count, so it goes back to one stage); or a
 //! [`CountingBloomFilter`](bloom_core::CountingBloomFilter), 4× the memory, when deleted
