@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use assert_cmd::Command;
-use bloom_core::{Layout, params};
+use bloom_core::{CountingBloomFilter, Layout, ScalableBloomFilter, params};
 use predicates::prelude::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -608,6 +608,106 @@ fn stats_flags_a_saturated_filter() {
     assert_eq!(v["saturated"], true);
     let text = stdout(&run(dir.path(), &["stats", "full.bloom"], ""));
     assert!(text.contains("warning"), "{text}");
+}
+
+#[test]
+fn check_and_stats_read_counting_and_scalable_files_and_merge_refuses_them() {
+    let dir = TempDir::new().unwrap();
+    let counting = CountingBloomFilter::builder()
+        .expected_items(1_000)
+        .false_positive_rate(0.01)
+        .seed(5)
+        .build_counting()
+        .unwrap();
+    let scalable = ScalableBloomFilter::builder(100, 0.01)
+        .seed(5)
+        .build()
+        .unwrap();
+    let keys: Vec<String> = (0..1_000).map(|i| format!("k{i}")).collect();
+    for key in &keys {
+        counting.insert(key.as_str());
+        scalable.insert(key.as_str());
+    }
+    fs::write(dir.path().join("c.bloom"), counting.to_bytes()).unwrap();
+    fs::write(dir.path().join("s.bloom"), scalable.to_bytes()).unwrap();
+    let all_keys: String = keys.iter().map(|k| format!("{k}\n")).collect();
+
+    for (file, absent) in [
+        (
+            "c.bloom",
+            (0..)
+                .map(|i| format!("x{i}"))
+                .find(|k| !counting.contains(k.as_str())),
+        ),
+        (
+            "s.bloom",
+            (0..)
+                .map(|i| format!("x{i}"))
+                .find(|k| !scalable.contains(k.as_str())),
+        ),
+    ] {
+        // Keys as arguments and as a stream on stdin (the batch path).
+        let o = run(dir.path(), &["check", file, "k1", "k999"], "");
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert_eq!(stdout(&o), "maybe\tk1\nmaybe\tk999\n");
+        let o = run(dir.path(), &["check", "--quiet", file], all_keys.clone());
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let absent = absent.unwrap();
+        let o = run(dir.path(), &["check", file, &absent], "");
+        assert_eq!(o.status.code(), Some(1));
+        assert_eq!(stdout(&o), format!("absent\t{absent}\n"));
+    }
+
+    let c = stats_json(dir.path(), "c.bloom");
+    assert_eq!(c["kind"], "counting");
+    assert_eq!(c["bits"], counting.num_slots());
+    assert_eq!(c["size_bytes"], counting.size_in_bytes());
+    assert_eq!(c["saturated_counters"], 0);
+    assert_eq!(c["capacity"], 1_000);
+    let est = c["estimated_items"].as_f64().unwrap();
+    assert!((est - 1_000.0).abs() < 50.0, "{est}");
+
+    let s = stats_json(dir.path(), "s.bloom");
+    assert_eq!(s["kind"], "scalable");
+    assert_eq!(s["hashes"], serde_json::Value::Null);
+    assert_eq!(s["capacity"], serde_json::Value::Null);
+    assert_eq!(s["target_fpr"], 0.01);
+    let stages = s["stages"].as_array().unwrap();
+    assert_eq!(stages.len(), scalable.num_stages());
+    assert!(stages.len() >= 3, "{}", stages.len());
+    assert_eq!(stages[0]["capacity"], 100);
+    let est = s["estimated_items"].as_f64().unwrap();
+    assert!((est - 1_000.0).abs() < 50.0, "{est}");
+    let text = stdout(&run(dir.path(), &["stats", "s.bloom"], ""));
+    assert_eq!(
+        field(&text, "kind"),
+        format!("scalable ({} stages)", stages.len())
+    );
+    assert!(text.contains("stage 0:"), "{text}");
+    assert_eq!(field(&text, "capacity"), "grows (first stage 100)");
+
+    // Merging and dedup state work bit by bit: plain filters only, and the error says so.
+    build(dir.path(), "plain.bloom", &["a"], "1000", "0.01", "5");
+    for (file, kind) in [("c.bloom", "counting"), ("s.bloom", "scalable")] {
+        let before = listing(dir.path());
+        let o = run(
+            dir.path(),
+            &["merge", "plain.bloom", file, "-o", "m.bloom"],
+            "",
+        );
+        assert_error(
+            &o,
+            &[file, &format!("a {kind} Bloom filter"), "plain filters"],
+        );
+        let o = run(
+            dir.path(),
+            &["dedup", "-n", "1000", "-p", "0.01", "--state", file],
+            "a\n",
+        );
+        assert_error(&o, &[file, kind]);
+        assert!(o.stdout.is_empty());
+        assert_eq!(listing(dir.path()), before);
+    }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -9,7 +9,8 @@ use anyhow::Result;
 use crate::cmd::{STDOUT_BUFFER, raw_stdout, stdout_failed};
 use crate::input::Source;
 
-/// Look keys up: prints `maybe<TAB>KEY` or `absent<TAB>KEY` for each.
+/// Look keys up: prints `maybe<TAB>KEY` or `absent<TAB>KEY` for each. The file may hold a
+/// plain, counting or scalable filter.
 ///
 /// `absent` is certain: the key was never inserted. `maybe` means it probably was (wrong with
 /// the filter's false-positive rate).
@@ -45,7 +46,11 @@ pub fn run(args: &Args) -> Result<bool> {
     if args.keys.is_empty() {
         let mut lines = Source::Stdin.open()?;
         while let Some(batch) = lines.next_batch()? {
-            let found = filter.contains_many(batch.iter());
+            // A plain filter looks a batch up with prefetching; the others key by key.
+            let found = match filter.as_plain() {
+                Some(plain) => plain.contains_many(batch.iter()),
+                None => batch.iter().map(|key| filter.contains(key)).collect(),
+            };
             for (key, found) in batch.iter().zip(found) {
                 out.answer(key, found)?;
             }

@@ -70,7 +70,7 @@ pub fn run(args: &Args) -> Result<()> {
     let state_out = args.state.as_deref().map(AtomicFile::create).transpose()?;
     let filter = match &args.state {
         Some(path) if path.exists() => {
-            let filter = crate::filter_file::load(path)?.filter;
+            let filter = crate::filter_file::load_plain(path, "dedup --state")?;
             check_state(&filter, args, layout, &path.display().to_string())?;
             filter
         }

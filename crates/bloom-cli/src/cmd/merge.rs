@@ -32,9 +32,9 @@ pub fn run(args: &Args) -> Result<()> {
         .inputs
         .split_first()
         .ok_or_else(|| anyhow!("no filter files to merge"))?;
-    let merged = crate::filter_file::load(first)?.filter;
+    let merged = crate::filter_file::load_plain(first, "merge")?;
     for path in rest {
-        let other = crate::filter_file::load(path)?.filter;
+        let other = crate::filter_file::load_plain(path, "merge")?;
         merged.union(&other).map_err(|e| {
             anyhow!(
                 "{} and {} cannot be merged: {}",
