@@ -8,9 +8,6 @@
 //!
 //! `cargo bench -p bloom-benches --bench redis`
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bloom_core::BloomFilter;
@@ -20,53 +17,9 @@ use criterion::Criterion;
 
 const SEED: u128 = 0xb10_0b10_0b10_0b10_0b10_0b10_0b10;
 
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_redis() -> Option<(Server, String)> {
-    let installed = Command::new("redis-server")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !installed {
-        eprintln!("\n*** SKIPPED: redis-server not installed (apt-get install redis-server) ***\n");
-        return None;
-    }
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
-    let dir = std::env::temp_dir().join(format!("bloom-bench-redis-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let child = Command::new("redis-server")
-        .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
-        .args(["--save", "", "--appendonly", "no"])
-        .arg("--dir")
-        .arg(&dir)
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn redis-server");
-    let server = Server(child);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
-            let mut reply = [0u8; 7];
-            if s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut reply).is_ok() {
-                break;
-            }
-        }
-        assert!(Instant::now() < deadline, "redis-server did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Some((server, format!("redis://127.0.0.1:{port}/")))
-}
+/// The throwaway `redis-server` bloom-redis's tests use (random port, no persistence).
+#[path = "../crates/bloom-redis/tests/common/mod.rs"]
+mod redis_server;
 
 fn filter(items: u64) -> BloomFilter {
     BloomFilter::builder()
@@ -88,9 +41,10 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 }
 
 fn main() {
-    let Some((_server, url)) = start_redis() else {
+    let Some(server) = redis_server::start() else {
         return;
     };
+    let url = server.url();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use bloom_examples::db::Db;
 use bloom_examples::user_service::{self, Config, RunningService};
-use bloom_tests::servers::postgres;
+use bloom_tests::servers::{postgres, redis};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -556,6 +556,69 @@ async fn sqlite_metrics_are_prometheus_text() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_restart_from_snapshot_finds_every_user() {
     restart_from_snapshot_finds_every_user(Backend::sqlite()).await;
+}
+
+// ---- Redis: two instances, one filter ------------------------------------------------------
+
+/// `--redis`: two instances of the service on one database share one filter through a real
+/// `redis-server`; a user created through A is let through by B's guard, and absent ids are
+/// still rejected by B without a database query.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_two_instances_share_one_filter_through_redis() {
+    let Some(server) = redis::start() else {
+        return;
+    };
+    let backend = Backend::sqlite();
+    let shared = |config: &mut Config| {
+        config.redis = Some(server.url());
+        config.filter_seed = Some(0x5EED_5EED);
+        // Every instance must agree on the size; small keeps the test quick.
+        config.filter_capacity = 100_000;
+    };
+    // A seeds the database and, finding the shared filter empty, fills it from it.
+    let a = backend.start_with("redis_a", shared).await;
+    let mut config_b = backend.config("redis_b");
+    shared(&mut config_b);
+    let b = user_service::spawn(config_b, 0)
+        .await
+        .expect("starting the second instance");
+    let client = client();
+    let b_filter = b.app.filter().expect("a guarded service").clone();
+    assert!((1..=SEEDED).all(|id| b_filter.contains(&id)));
+
+    for n in 0..5 {
+        let response = client
+            .post(format!("{}/users", a.url()))
+            .json(&json!({ "name": format!("Ada {n}"), "email": format!("ada{n}@example.com") }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::CREATED);
+        let created: Value = response.json().await.unwrap();
+        let id = created["id"].as_u64().unwrap();
+        // Propagation is asynchronous (pub/sub): B lets the id through within moments.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !b_filter.contains(&id) {
+            assert!(std::time::Instant::now() < deadline, "{id} never reached B");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let (status, body) = get(&client, format!("{}/users/{id}", b.url())).await;
+        assert_eq!(status, StatusCode::OK, "GET {id} from B: {body}");
+        assert_eq!(serde_json::from_str::<Value>(&body).unwrap(), created);
+    }
+    // B still rejects what neither instance has, without asking the database.
+    let absent: Vec<u64> = (1_000_000..)
+        .filter(|id| !b_filter.contains(id))
+        .take(50)
+        .collect();
+    let before = db_queries(&client, &b).await;
+    for id in absent {
+        let (status, _) = get(&client, format!("{}/users/{id}", b.url())).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+    }
+    assert_eq!(db_queries(&client, &b).await, before);
+    b.shutdown().await.unwrap();
+    a.shutdown().await.unwrap();
 }
 
 // ---- PostgreSQL: every scenario on one throwaway server ----------------------------------

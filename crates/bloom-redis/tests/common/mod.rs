@@ -1,5 +1,5 @@
 //! A throwaway `redis-server` for the tests: 127.0.0.1, a random free port, a temp dir, no
-//! persistence.
+//! persistence. (The workspace's end-to-end tests use this same file, through `#[path]`.)
 
 #![allow(dead_code)]
 
@@ -8,6 +8,7 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A running `redis-server`, killed on drop.
 pub struct RedisServer {
     child: Option<Child>,
     port: u16,
@@ -44,6 +45,7 @@ pub fn start() -> Option<RedisServer> {
 }
 
 impl RedisServer {
+    /// `redis://127.0.0.1:PORT/`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
     }
