@@ -170,8 +170,7 @@ impl<Q: ?Sized + Key> Filter<Q> for ScalableBloomFilter {
     /// No `clear`: a fresh filter of the same parameters and hash key, back to one stage
     /// (growth and tightening are the defaults, as [`ours_scalable`] builds).
     fn clear(&mut self) {
-        let initial_capacity = self.stage_stats()[0].capacity;
-        *self = ScalableBloomFilter::builder(initial_capacity, self.target_fpr())
+        *self = ScalableBloomFilter::builder(self.initial_capacity(), self.target_fpr())
             .layout(self.layout())
             .seed(self.seed())
             .build()

@@ -147,7 +147,7 @@ impl AnyFilter {
         match self {
             Self::Plain(f) => f.num_bits(),
             Self::Counting(f) => f.num_slots(),
-            Self::Scalable(f) => f.stage_stats().iter().map(|s| s.num_bits).sum(),
+            Self::Scalable(f) => f.num_bits(),
         }
     }
 
@@ -165,15 +165,7 @@ impl AnyFilter {
         match self {
             Self::Plain(f) => f.fill_ratio(),
             Self::Counting(f) => f.fill_ratio(),
-            Self::Scalable(f) => {
-                let stages = f.stage_stats();
-                let bits: u64 = stages.iter().map(|s| s.num_bits).sum();
-                let set: f64 = stages
-                    .iter()
-                    .map(|s| s.fill_ratio * s.num_bits as f64)
-                    .sum();
-                set / bits as f64
-            }
+            Self::Scalable(f) => f.count_ones() as f64 / f.num_bits() as f64,
         }
     }
 

@@ -295,6 +295,20 @@ impl ScalableBloomFilter {
         self.config.tightening
     }
 
+    /// Bits over every stage (no scan).
+    pub fn num_bits(&self) -> u64 {
+        self.stages.load().iter().map(|s| s.filter.num_bits()).sum()
+    }
+
+    /// Bits set over every stage (one scan).
+    pub fn count_ones(&self) -> u64 {
+        self.stages
+            .load()
+            .iter()
+            .map(|s| s.filter.count_ones())
+            .sum()
+    }
+
     /// Memory held by every stage's bits, in bytes.
     pub fn size_in_bytes(&self) -> usize {
         self.stages

@@ -69,13 +69,10 @@ impl Figures {
                 Self {
                     kind: "scalable",
                     layout: s.layout(),
-                    bits: stages.iter().map(|st| st.num_bits).sum(),
+                    bits: s.num_bits(),
                     hashes: None,
                     size_bytes: s.size_in_bytes(),
-                    set_bits: stages
-                        .iter()
-                        .map(|st| (st.fill_ratio * st.num_bits as f64).round() as u64)
-                        .sum(),
+                    set_bits: s.count_ones(),
                     estimated: s.estimated_items(),
                     current: s.current_fpr(),
                     capacity: None,

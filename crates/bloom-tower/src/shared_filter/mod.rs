@@ -241,13 +241,16 @@ impl SharedFilter {
     fn write<K: Key + ?Sized>(&self, key: &K, after: Option<u64>) -> Inserted {
         let shared = &*self.shared;
         let is_new = |generation: &Generation| after.is_none_or(|n| generation.number > n);
-        let (inserted, became) = {
+        let (newest, wrote, became) = {
             // The read lock spans both writes: see the module docs.
             let building = shared
                 .building
                 .read()
                 .unwrap_or_else(PoisonError::into_inner);
             let current = shared.current.load_full();
+            let newest = building
+                .as_deref()
+                .map_or(current.number, |next| next.number.max(current.number));
             let mut wrote = false;
             if let Some(next) = building.as_deref().filter(|next| is_new(next)) {
                 next.insert(key);
@@ -255,20 +258,16 @@ impl SharedFilter {
             }
             let became = if is_new(&current) {
                 wrote = true;
-                current.insert(key).map(|items| (current.clone(), items))
+                current.insert(key).map(|items| (current, items))
             } else {
                 None
             };
-            let newest = building
-                .as_deref()
-                .map_or(current.number, |next| next.number.max(current.number));
-            (wrote.then_some(Inserted { newest }), became)
+            (newest, wrote, became)
         };
-        let Some(inserted) = inserted else {
-            return Inserted {
-                newest: after.unwrap_or(0),
-            };
-        };
+        let inserted = Inserted { newest };
+        if !wrote {
+            return inserted;
+        }
         shared.counters.inserts.fetch_add(1, Relaxed);
         // After the local writes: whatever the hook forwards, this instance already answers
         // "maybe" for the key.
