@@ -4,6 +4,8 @@
 
 use bloom_core::Layout;
 
+use crate::input::DEFAULT_MAX_LINE_BYTES;
+
 /// `--layout`: where a key's bits go.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum LayoutArg {
@@ -21,6 +23,50 @@ impl From<LayoutArg> for Layout {
             LayoutArg::Classic => Layout::Classic,
         }
     }
+}
+
+/// Options of the commands that read keys, one per line.
+#[derive(clap::Args, Clone, Copy, Debug)]
+pub struct InputArgs {
+    /// The longest line accepted, in bytes without its line ending (65536, 64K, 1M, 16MiB):
+    /// a longer line is an error naming the input and the line number, and stops the command.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_LINE_BYTES,
+          value_parser = parse_line_bytes)]
+    pub max_line_bytes: usize,
+}
+
+const BYTES_HINT: &str =
+    "expected a number of bytes such as 65536, 64K or 64KiB, 1M or 1MiB, 1G or 1GiB";
+
+/// Parses a line length cap: a whole number of bytes ≥ 1, optionally with a binary suffix
+/// `K`/`KiB` (1024), `M`/`MiB` or `G`/`GiB` (case-insensitive, `_` separators allowed).
+pub fn parse_line_bytes(s: &str) -> Result<usize, String> {
+    let t = s.trim().replace('_', "");
+    let lower = t.to_ascii_lowercase();
+    let digits_end = lower
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(lower.len());
+    let (number, suffix) = lower.split_at(digits_end);
+    let scale: u64 = match suffix.trim_start() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        _ => return Err(format!("{s:?} is not a size: {BYTES_HINT}")),
+    };
+    if number.is_empty() {
+        return Err(format!("{s:?} is not a size: {BYTES_HINT}"));
+    }
+    let n = number
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(scale))
+        .filter(|&n| n <= usize::MAX as u64 / 2)
+        .ok_or_else(|| format!("{s} is too large"))?;
+    if n == 0 {
+        return Err("must be at least 1 byte".to_owned());
+    }
+    Ok(n as usize)
 }
 
 /// `--items` for `build`: a count, or `auto` (count the input's lines first).
@@ -200,6 +246,31 @@ mod tests {
         assert!(parse_seed("0x").is_err());
         assert!(parse_seed("-1").is_err());
         assert!(parse_seed("1".repeat(40).as_str()).is_err());
+    }
+
+    #[test]
+    fn line_caps_are_bytes_with_binary_suffixes() {
+        assert_eq!(parse_line_bytes("65536"), Ok(65_536));
+        assert_eq!(parse_line_bytes("64K"), Ok(65_536));
+        assert_eq!(parse_line_bytes("64kib"), Ok(65_536));
+        assert_eq!(parse_line_bytes("1MiB"), Ok(1 << 20));
+        assert_eq!(parse_line_bytes("1 M"), Ok(1 << 20));
+        assert_eq!(parse_line_bytes("2G"), Ok(2 << 30));
+        assert_eq!(parse_line_bytes("1_000"), Ok(1_000));
+        for bad in [
+            "0",
+            "0K",
+            "-1",
+            "",
+            "K",
+            "1.5M",
+            "1e6",
+            "1T",
+            "1x",
+            "99999999999999999999G",
+        ] {
+            assert!(parse_line_bytes(bad).is_err(), "{bad:?} accepted");
+        }
     }
 
     #[test]

@@ -5,17 +5,30 @@
 //! lets them use the filter's prefetching batch forms).
 //! A key is the raw bytes of its line without the line ending: `\n`, or `\r\n`, and a
 //! final line without a newline counts too. Bytes need not be UTF-8.
+//!
+//! Input is bounded: a named input must be a regular file (a directory, a device such as
+//! `/dev/zero`, a FIFO or a socket is refused before it is read; a pipe or device can still be
+//! given as `-`, standard input), and a line longer than the cap (`--max-line-bytes`,
+//! [`DEFAULT_MAX_LINE_BYTES`] by default) is an error naming the input and the line number,
+//! found without holding more of it than the cap. It is an error for every command, never a
+//! skipped line: `build` then writes no file and `dedup --state` saves no state, so no key is
+//! silently left out, and `dedup` keeps its promise that a repeated line is always dropped.
 
 use std::ffi::OsStr;
-use std::fs::File;
+use std::fs::{File, FileType, Metadata};
 use std::io::{self, Read, Seek, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Result, anyhow, bail};
 
 /// Bytes read at a time. Large enough that system calls cost nothing per line, small
 /// enough that a chunk stays in the L2 cache while its lines are hashed and copied out.
 pub const CHUNK: usize = 256 * 1024;
+
+/// The longest line accepted by default, in bytes without its line ending: 1 MiB, far more
+/// than any URL, identifier or cache key, small enough that a stream with no newline (say
+/// `/dev/zero` on standard input) is refused after reading 1 MiB.
+pub const DEFAULT_MAX_LINE_BYTES: usize = 1 << 20;
 
 /// An `io::Error`'s message without the `(os error N)` suffix (and anything a wrapper
 /// appended after it, such as tempfile's `at path ...`: callers name the file themselves).
@@ -65,19 +78,16 @@ impl Source {
         meta.is_file().then_some(meta.len())
     }
 
-    /// Opens it for reading from the start.
-    pub fn open(&self) -> Result<Lines<Box<dyn Read>>> {
-        Ok(Lines::new(self.reader()?, self.name()))
+    /// Opens it for reading from the start; a line longer than `max_line` bytes is an error.
+    pub fn open(&self, max_line: usize) -> Result<Lines<Box<dyn Read>>> {
+        Ok(Lines::new(self.reader()?, self.name(), max_line))
     }
 
     /// A plain reader positioned at the start.
     fn reader(&self) -> Result<Box<dyn Read>> {
         Ok(match self {
             Source::Stdin => stdin_reader(),
-            Source::File(p) => Box::new(
-                File::open(p)
-                    .map_err(|e| anyhow!("{}: cannot open: {}", p.display(), io_msg(&e)))?,
-            ),
+            Source::File(p) => Box::new(open_regular(p)?),
             Source::Spooled(f) => {
                 let spool_failed = |e: io::Error| {
                     anyhow!("stdin: cannot read back the temporary copy: {}", io_msg(&e))
@@ -91,8 +101,13 @@ impl Source {
 
     /// Counts the lines. Standard input is copied to an anonymous temporary file as it is
     /// counted (deleted by the OS when closed), so it can be read again: the returned source
-    /// is the one to read the keys from afterwards.
-    pub fn count_lines(self, mut progress: impl FnMut(u64)) -> Result<(Source, u64)> {
+    /// is the one to read the keys from afterwards. A line longer than `max_line` bytes is an
+    /// error, found as it is read: neither memory nor the copy grows past it.
+    pub fn count_lines(
+        self,
+        max_line: usize,
+        mut progress: impl FnMut(u64),
+    ) -> Result<(Source, u64)> {
         let name = self.name();
         let spool_failed = |e: io::Error| {
             anyhow!(
@@ -107,6 +122,8 @@ impl Source {
         let mut reader = self.reader()?;
         let mut buf = vec![0u8; CHUNK];
         let (mut lines, mut bytes, mut last) = (0u64, 0u64, b'\n');
+        // Bytes of the line being read so far (a CR at its end included).
+        let mut current = 0usize;
         loop {
             let n = match reader.read(&mut buf) {
                 Ok(0) => break,
@@ -115,8 +132,24 @@ impl Source {
                 Err(e) => bail!("{name}: read failed: {}", io_msg(&e)),
             };
             let chunk = &buf[..n];
-            lines += chunk.iter().filter(|&&b| b == b'\n').count() as u64;
+            let mut start = 0;
+            for nl in memchr::memchr_iter(b'\n', chunk) {
+                let before = if nl > start { chunk[nl - 1] } else { last };
+                let len = current + (nl - start) - usize::from(before == b'\r');
+                if len > max_line {
+                    return Err(line_too_long(&name, lines + 1, max_line));
+                }
+                lines += 1;
+                current = 0;
+                start = nl + 1;
+                last = b'\n';
+            }
+            current += n - start;
             last = chunk[n - 1];
+            // A CR at the end may yet be the line ending's.
+            if current - usize::from(last == b'\r') > max_line {
+                return Err(line_too_long(&name, lines + 1, max_line));
+            }
             bytes += n as u64;
             if let Some(f) = spool.as_mut() {
                 f.write_all(chunk).map_err(spool_failed)?;
@@ -128,6 +161,61 @@ impl Source {
         }
         Ok((spool.map_or(self, Source::Spooled), lines))
     }
+}
+
+/// Opens `path`, which must be a regular file. It is checked before opening (opening a FIFO
+/// would block until a writer came along) and again on what was opened.
+fn open_regular(path: &Path) -> Result<File> {
+    let cannot_open = |e: io::Error| anyhow!("{}: cannot open: {}", path.display(), io_msg(&e));
+    check_regular(path, &std::fs::metadata(path).map_err(cannot_open)?)?;
+    let file = File::open(path).map_err(cannot_open)?;
+    check_regular(path, &file.metadata().map_err(cannot_open)?)?;
+    Ok(file)
+}
+
+fn check_regular(path: &Path, meta: &Metadata) -> Result<()> {
+    if meta.is_file() {
+        return Ok(());
+    }
+    bail!(
+        "{}: not a regular file ({}): an input must be a file of keys; to read a pipe or a \
+         device, redirect it to standard input and give -",
+        path.display(),
+        kind_of(&meta.file_type()),
+    )
+}
+
+/// What a file that is not a regular one is, for messages.
+fn kind_of(t: &FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_fifo() {
+            return "a FIFO";
+        }
+        if t.is_char_device() {
+            return "a character device";
+        }
+        if t.is_block_device() {
+            return "a block device";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+    }
+    if t.is_dir() {
+        "a directory"
+    } else {
+        "not a file"
+    }
+}
+
+/// The error for line `line` of `name` being longer than `max` bytes.
+fn line_too_long(name: &str, line: u64, max: usize) -> anyhow::Error {
+    anyhow!(
+        "{name}: line {line} is longer than {max} bytes (--max-line-bytes); stopped there, \
+         neither it nor any later line was used"
+    )
 }
 
 /// Standard input as a plain reader. On Unix it is a duplicate of file descriptor 0, which
@@ -164,9 +252,17 @@ impl<'a> Batch<'a> {
 /// and hands out the complete lines in place; a line cut by the chunk's end is moved to the
 /// front and completed by the next read. No allocation per line, one copy of the data
 /// (the kernel's).
+///
+/// A line longer than the cap is an error (after the lines before it are handed out), found
+/// without reading more of it than the cap: the buffer never grows past the larger of
+/// [`CHUNK`] and the cap plus two bytes (a CR LF).
 pub struct Lines<R> {
     reader: R,
     name: String,
+    /// The longest line accepted, in bytes without its line ending.
+    max_line: usize,
+    /// The number of a line found too long, reported by the next call.
+    too_long: Option<u64>,
     buf: Vec<u8>,
     /// `buf[..filled]` holds data; `buf[consumed..filled]` is an incomplete last line.
     filled: usize,
@@ -191,11 +287,13 @@ impl<R> Lines<R> {
 
 impl<R: Read> Lines<R> {
     /// Reads lines from `reader`, `CHUNK` bytes at a time; `name` is used in error
-    /// messages.
-    pub fn new(reader: R, name: String) -> Self {
+    /// messages; a line longer than `max_line` bytes (line ending excluded) is an error.
+    pub fn new(reader: R, name: String, max_line: usize) -> Self {
         Self {
             reader,
             name,
+            max_line,
+            too_long: None,
             buf: vec![0; CHUNK],
             filled: 0,
             consumed: 0,
@@ -208,6 +306,9 @@ impl<R: Read> Lines<R> {
 
     /// The next chunk's complete lines, or `None` at the end of the input.
     pub fn next_batch(&mut self) -> Result<Option<Batch<'_>>> {
+        if let Some(line) = self.too_long {
+            return Err(line_too_long(&self.name, line, self.max_line));
+        }
         self.spans.clear();
         // Move the incomplete line to the front.
         self.buf.copy_within(self.consumed..self.filled, 0);
@@ -225,8 +326,10 @@ impl<R: Read> Lines<R> {
                 break;
             }
             if self.filled == self.buf.len() {
-                // A line longer than the buffer: make room for the rest of it.
-                self.buf.resize(self.buf.len() * 2, 0);
+                // A line longer than the buffer (but not yet than the cap, checked below):
+                // make room for the rest of it, up to the cap and a CR LF.
+                let grown = (self.buf.len() * 2).min(self.max_line.saturating_add(2));
+                self.buf.resize(grown.max(self.buf.len() + 1), 0);
             }
             let n = match self.reader.read(&mut self.buf[self.filled..]) {
                 Ok(n) => n,
@@ -241,13 +344,30 @@ impl<R: Read> Lines<R> {
             self.filled += n;
             self.bytes += n as u64;
             let mut line_start = self.consumed;
+            let mut too_long = false;
             for nl in memchr::memchr_iter(b'\n', &self.buf[scanned..self.filled]) {
                 let end = scanned + nl;
-                self.spans
-                    .push((line_start, strip_cr(&self.buf, line_start, end)));
+                let key_end = strip_cr(&self.buf, line_start, end);
+                if key_end - line_start > self.max_line {
+                    too_long = true;
+                    break;
+                }
+                self.spans.push((line_start, key_end));
                 line_start = end + 1;
             }
             self.consumed = line_start;
+            // The incomplete last line is already too long (a CR at its end may yet be the
+            // line ending's).
+            too_long = too_long
+                || strip_cr(&self.buf, self.consumed, self.filled) - self.consumed > self.max_line;
+            if too_long {
+                let line = self.lines + self.spans.len() as u64 + 1;
+                self.too_long = Some(line);
+                if self.spans.is_empty() {
+                    return Err(line_too_long(&self.name, line, self.max_line));
+                }
+                break;
+            }
             if !self.spans.is_empty() {
                 break;
             }
@@ -286,7 +406,7 @@ mod tests {
                 Ok(n)
             }
         }
-        let mut lines = Lines::new(Trickle(input, step), "test".to_owned());
+        let mut lines = Lines::new(Trickle(input, step), "test".to_owned(), usize::MAX / 2);
         let mut out = Vec::new();
         let mut batches = 0;
         while let Some(batch) = lines.next_batch().unwrap() {
@@ -336,6 +456,123 @@ mod tests {
         assert_eq!(got.len(), 100_000);
         assert_eq!(got[99_999], b"99999");
         assert!(batches > 1);
+    }
+
+    /// Reads `input` with a cap of `max` bytes per line, `step` bytes per read: the keys
+    /// handed out, and the error if any.
+    fn capped(input: &[u8], step: usize, max: usize) -> (Vec<Vec<u8>>, Option<String>) {
+        let reader = std::io::Cursor::new(input.to_vec()).take(u64::MAX);
+        struct Step<R>(R, usize);
+        impl<R: Read> Read for Step<R> {
+            fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+                let n = buf.len().min(self.1);
+                self.0.read(&mut buf[..n])
+            }
+        }
+        let mut lines = Lines::new(Step(reader, step), "in".to_owned(), max);
+        let mut out = Vec::new();
+        loop {
+            match lines.next_batch() {
+                Ok(Some(batch)) => out.extend(batch.iter().map(<[u8]>::to_vec)),
+                Ok(None) => return (out, None),
+                Err(e) => {
+                    // The error sticks.
+                    let again = lines.next_batch().err().map(|e| e.to_string());
+                    assert_eq!(again, Some(e.to_string()));
+                    return (out, Some(e.to_string()));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_line_over_the_cap_is_an_error_after_the_lines_before_it() {
+        for step in [1, 2, 3, 7, 1 << 20] {
+            // Up to the cap, with LF, CR LF or nothing after it, is fine.
+            let (got, err) = capped(b"12345\nabcde\r\n\nvwxyz", step, 5);
+            assert_eq!(err, None, "step {step}");
+            assert_eq!(got.len(), 4);
+            // One byte more is not, wherever the line is.
+            for (input, line, before) in [
+                (&b"123456\na\n"[..], 1, 0),
+                (b"a\nb\n123456\r\nc\n", 3, 2),
+                (b"a\n123456", 2, 1),
+                (b"a\n12345\r\r\n", 2, 1),
+            ] {
+                let (got, err) = capped(input, step, 5);
+                let err = err.unwrap_or_else(|| panic!("step {step}: {input:?} accepted"));
+                assert!(
+                    err.starts_with(&format!("in: line {line} is longer than 5 bytes")),
+                    "{err}"
+                );
+                assert_eq!(got.len(), before, "step {step}: {input:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn an_endless_line_is_refused_without_buffering_past_the_cap() {
+        for max in [10, CHUNK - 1, CHUNK, 3 * CHUNK + 1] {
+            // Far longer than the cap, but finite: without the cap this ends instead of hanging.
+            let zeros = io::repeat(0).take((max + 4 * CHUNK) as u64);
+            let mut lines = Lines::new(zeros, "zeros".to_owned(), max);
+            let err = lines
+                .next_batch()
+                .err()
+                .expect("an endless line is refused");
+            assert!(err.to_string().contains("line 1 is longer"), "{err}");
+            assert!(
+                lines.buf.len() <= CHUNK.max(max + 2),
+                "{max}: {}",
+                lines.buf.len()
+            );
+            assert!(lines.bytes() <= (CHUNK.max(max + 2)) as u64);
+        }
+    }
+
+    #[test]
+    fn counting_lines_applies_the_same_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let count = |input: &[u8], max: usize| {
+            let path = dir.path().join("keys");
+            std::fs::write(&path, input).unwrap();
+            Source::File(path)
+                .count_lines(max, |_| ())
+                .map(|(_, lines)| lines)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(count(b"12345\nabcde\r\n\nvwxyz", 5), Ok(4));
+        assert_eq!(count(b"12345\r", 5), Ok(1));
+        for (input, line) in [
+            (&b"123456\n"[..], 1),
+            (b"a\nb\n123456\r\nc\n", 3),
+            (b"a\n123456", 2),
+            (b"a\n12345\r\r\n", 2),
+        ] {
+            let err = count(input, 5).unwrap_err();
+            assert!(
+                err.contains(&format!("line {line} is longer than 5 bytes")),
+                "{err}"
+            );
+        }
+        let long = vec![b'x'; 3 * CHUNK];
+        assert_eq!(count(&long, 3 * CHUNK), Ok(1));
+        assert!(count(&long, 3 * CHUNK - 1).is_err());
+    }
+
+    #[test]
+    fn only_regular_files_are_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = Source::File(dir.path().to_owned()).open(10).err().unwrap();
+        assert!(
+            err.to_string().contains("not a regular file (a directory)"),
+            "{err}"
+        );
+        #[cfg(unix)]
+        {
+            let err = Source::File("/dev/zero".into()).open(10).err().unwrap();
+            assert!(err.to_string().contains("(a character device)"), "{err}");
+        }
     }
 
     #[test]

@@ -358,6 +358,12 @@ impl ScalableBloomFilter {
     /// The filter in the file format, kind "scalable": a container header, then for each
     /// stage its item count, its length and a complete plain-filter file, then a CRC-32C of
     /// everything (see `docs/FORMAT.md`).
+    ///
+    /// A stage's item count is written clamped to its number of bits: every counted insert
+    /// found one of its bits clear in the stage and set it, so only racing inserts (two
+    /// threads claiming the same clear bit) can push the count past that, and such a count
+    /// is known to be an overcount. [`from_bytes`](Self::from_bytes) refuses a count above
+    /// the bits, so what this writes always reads back.
     pub fn to_bytes(&self) -> Vec<u8> {
         let stages = self.stages.load();
         let c = &self.config;
@@ -374,7 +380,8 @@ impl ScalableBloomFilter {
         out.extend_from_slice(&c.tightening.to_bits().to_le_bytes());
         for stage in stages.iter() {
             let bytes = stage.filter.to_bytes();
-            out.extend_from_slice(&stage.items.load(Relaxed).to_le_bytes());
+            let items = stage.items.load(Relaxed).min(stage.filter.num_bits());
+            out.extend_from_slice(&items.to_le_bytes());
             out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
             out.extend_from_slice(&bytes);
         }
@@ -397,6 +404,20 @@ impl ScalableBloomFilter {
     }
 
     /// Reads a scalable filter from exactly `bytes`.
+    ///
+    /// Besides the framing, the checksum and each stage's own file, the stages' item counts
+    /// must be ones [`insert`](Self::insert) and [`to_bytes`](Self::to_bytes) can produce,
+    /// or the file is [`DecodeError::Inconsistent`]:
+    ///
+    /// * no stage counts more keys than it has bits (each counted key set a clear bit of it,
+    ///   and the writer clamps the rare racing overcount);
+    /// * a stage followed by another counted at least its capacity (or, for a stage sized
+    ///   below one bit per key, all of its bits): a stage is only added once the last one's
+    ///   count reaches its capacity. There is no tighter upper bound: inserts keep landing in
+    ///   the old stage while the next one is being built, and the last stage keeps taking
+    ///   keys past its capacity when no further stage can be added ([`MAX_STAGES`], or a
+    ///   stage too large to build);
+    /// * the counts add up to a `u64` ([`len`](Self::len) never overflows).
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, DecodeError> {
         let magic_len = bytes.len().min(MAGIC.len());
         if bytes[..magic_len] != MAGIC[..magic_len] {
@@ -454,6 +475,7 @@ impl ScalableBloomFilter {
         }
         let mut stages = Vec::with_capacity(num_stages);
         let mut at = CONTAINER_HEADER_LEN;
+        let mut total_items = 0u64;
         for index in 0..num_stages {
             if body_end - at < 16 {
                 return Err(DecodeError::Inconsistent(
@@ -481,6 +503,12 @@ impl ScalableBloomFilter {
                     "a stage's capacity does not follow the growth factor",
                 ));
             }
+            check_stage_items(items, capacity, filter.num_bits(), index + 1 < num_stages)?;
+            total_items = total_items
+                .checked_add(items)
+                .ok_or(DecodeError::Inconsistent(
+                    "the stages' item counts add up to more than a u64 holds",
+                ))?;
             stages.push(Arc::new(Stage {
                 filter,
                 capacity,
@@ -494,6 +522,27 @@ impl ScalableBloomFilter {
         }
         Ok(Self::from_stages(config, KeyHasher::new(seed), stages))
     }
+}
+
+/// The item-count invariants [`ScalableBloomFilter::from_bytes`] documents, for one stage
+/// with `capacity` keys and `num_bits` bits; `sealed` when another stage follows it.
+fn check_stage_items(
+    items: u64,
+    capacity: u64,
+    num_bits: u64,
+    sealed: bool,
+) -> Result<(), DecodeError> {
+    if items > num_bits {
+        return Err(DecodeError::Inconsistent(
+            "a stage counts more keys than it has bits",
+        ));
+    }
+    if sealed && items < capacity.min(num_bits) {
+        return Err(DecodeError::Inconsistent(
+            "a stage below its capacity is followed by another stage",
+        ));
+    }
+    Ok(())
 }
 
 fn wrong_kind(found: Kind) -> DecodeError {
@@ -513,5 +562,36 @@ impl fmt::Debug for ScalableBloomFilter {
             .field("layout", &self.config.layout)
             .field("stages", &self.num_stages())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_overcount_past_the_bits_is_written_clamped_and_reads_back() {
+        let f = ScalableBloomFilter::builder(100, 0.01)
+            .seed(5)
+            .build()
+            .unwrap();
+        f.insert(&1u64);
+        let bits = f.num_bits();
+        // What racing inserts claiming the same clear bit could leave behind.
+        f.stages.load()[0].items.store(bits + 3, Relaxed);
+        let back = ScalableBloomFilter::from_bytes(&f.to_bytes()).unwrap();
+        assert_eq!(back.len(), bits);
+        assert!(back.contains(&1u64));
+    }
+
+    #[test]
+    fn a_stage_with_fewer_bits_than_keys_is_sealed_once_its_bits_are_counted() {
+        // capacity 1000 over 600 bits: its count can never legitimately exceed 600.
+        assert!(check_stage_items(600, 1_000, 600, true).is_ok());
+        assert!(check_stage_items(599, 1_000, 600, true).is_err());
+        assert!(check_stage_items(601, 1_000, 600, false).is_err());
+        assert!(check_stage_items(100, 100, 1_000, true).is_ok());
+        assert!(check_stage_items(99, 100, 1_000, true).is_err());
+        assert!(check_stage_items(0, 100, 1_000, false).is_ok());
     }
 }

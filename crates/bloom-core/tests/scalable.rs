@@ -176,3 +176,165 @@ fn bad_parameters_are_errors() {
         .unwrap_err();
     assert!(e.to_string().contains("between 0 and 1"));
 }
+
+/// CRC-32C as bloom-core computes it, to re-seal a file after a deliberate edit so that the
+/// decoder's own checks, not the checksum, have to catch it.
+const CRC32C: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISCSI);
+
+fn fix_crc(bytes: &mut [u8]) {
+    let body = bytes.len() - 4;
+    let crc = CRC32C.checksum(&bytes[..body]);
+    bytes[body..].copy_from_slice(&crc.to_le_bytes());
+}
+
+fn u64_at(bytes: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap())
+}
+
+/// One stage of a scalable file, as docs/FORMAT.md lays it out.
+#[derive(Debug, Clone, Copy)]
+struct StageField {
+    /// Offset of the stage's item count.
+    items_at: usize,
+    items: u64,
+    /// The stage's m and capacity, from its embedded kind-0 header.
+    num_bits: u64,
+    capacity: u64,
+}
+
+fn stage_fields(bytes: &[u8]) -> Vec<StageField> {
+    let num_stages = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+    let mut at = 64;
+    let mut out = Vec::new();
+    for _ in 0..num_stages {
+        let len = u64_at(bytes, at + 8) as usize;
+        let inner = at + 16;
+        out.push(StageField {
+            items_at: at,
+            items: u64_at(bytes, at),
+            num_bits: u64_at(bytes, inner + 16),
+            capacity: u64_at(bytes, inner + 40),
+        });
+        at = inner + len;
+    }
+    assert_eq!(at, bytes.len() - 4, "walked the whole stage list");
+    out
+}
+
+/// `bytes` with stage `stage`'s item count set to `items` and the checksum re-computed.
+fn with_items(bytes: &[u8], stage: usize, items: u64) -> Vec<u8> {
+    let mut edited = bytes.to_vec();
+    let at = stage_fields(bytes)[stage].items_at;
+    edited[at..at + 8].copy_from_slice(&items.to_le_bytes());
+    fix_crc(&mut edited);
+    edited
+}
+
+/// A real three-stage file (capacities 100, 200, 400), single-threaded, so the sealed
+/// stages hold exactly their capacity.
+fn three_stage_file(layout: Layout) -> Vec<u8> {
+    let f = scalable(100, 0.01, layout, 11);
+    for k in 0..400u64 {
+        f.insert(&k);
+    }
+    assert_eq!(f.num_stages(), 3, "{layout:?}");
+    f.to_bytes()
+}
+
+fn inconsistent(result: Result<ScalableBloomFilter, DecodeError>, what: &str) -> String {
+    match result {
+        Err(DecodeError::Inconsistent(msg)) => msg.to_string(),
+        Err(e) => panic!("{what}: expected Inconsistent, got {e}"),
+        Ok(_) => panic!("{what}: a file with impossible item counts was accepted"),
+    }
+}
+
+#[test]
+fn the_edited_files_are_valid_before_the_edit() {
+    for layout in [Layout::Blocked, Layout::Classic] {
+        let bytes = three_stage_file(layout);
+        let stages = stage_fields(&bytes);
+        for (i, s) in stages.iter().enumerate() {
+            assert!(s.items <= s.num_bits, "{layout:?} stage {i}");
+            assert_eq!(s.capacity, 100 << i);
+        }
+        assert_eq!(stages[0].items, stages[0].capacity);
+        assert_eq!(stages[1].items, stages[1].capacity);
+        // Re-writing an unchanged count and re-sealing gives the same, loadable file.
+        let same = with_items(&bytes, 1, stages[1].items);
+        assert_eq!(same, bytes);
+        ScalableBloomFilter::from_bytes(&same).unwrap();
+    }
+}
+
+#[test]
+fn a_stage_below_its_capacity_followed_by_another_is_inconsistent() {
+    for layout in [Layout::Blocked, Layout::Classic] {
+        let bytes = three_stage_file(layout);
+        let stages = stage_fields(&bytes);
+        for sealed in [0, 1] {
+            let cap = stages[sealed].capacity;
+            for items in [0, 1, cap / 2, cap - 1] {
+                let msg = inconsistent(
+                    ScalableBloomFilter::from_bytes(&with_items(&bytes, sealed, items)),
+                    &format!("{layout:?} stage {sealed} items {items}"),
+                );
+                assert!(msg.contains("below its capacity"), "{msg}");
+            }
+            // Exactly the capacity, or more (inserts that raced the growth), is what a real
+            // filter writes.
+            for items in [cap, cap + 1, cap * 2] {
+                let f = ScalableBloomFilter::from_bytes(&with_items(&bytes, sealed, items))
+                    .unwrap_or_else(|e| panic!("{layout:?} stage {sealed} items {items}: {e}"));
+                assert_eq!(f.stage_stats()[sealed].items, items);
+            }
+        }
+        // The last stage is not sealed: any count up to its bits is fine, even 0.
+        for items in [0, 1, stages[2].capacity, stages[2].capacity + 1] {
+            ScalableBloomFilter::from_bytes(&with_items(&bytes, 2, items)).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_stage_counting_more_keys_than_bits_is_inconsistent_and_never_panics() {
+    for layout in [Layout::Blocked, Layout::Classic] {
+        let bytes = three_stage_file(layout);
+        let stages = stage_fields(&bytes);
+        for (i, s) in stages.iter().enumerate() {
+            // The bound itself loads (a stage that could not grow keeps taking keys)...
+            let at_bound = ScalableBloomFilter::from_bytes(&with_items(&bytes, i, s.num_bits))
+                .unwrap_or_else(|e| panic!("{layout:?} stage {i} at its bits: {e}"));
+            // ...and keeps working: inserting and growing neither panic nor overflow.
+            for k in 0..2_000u64 {
+                at_bound.insert(&(k + 1_000_000));
+            }
+            assert!((0..400u64).all(|k| at_bound.contains(&k)));
+            assert!(at_bound.len() >= s.num_bits);
+            for items in [s.num_bits + 1, s.num_bits * 2, u64::MAX / 2, u64::MAX] {
+                let msg = inconsistent(
+                    ScalableBloomFilter::from_bytes(&with_items(&bytes, i, items)),
+                    &format!("{layout:?} stage {i} items {items}"),
+                );
+                assert!(msg.contains("more keys than it has bits"), "{msg}");
+                // The streaming reader and AnyFilter reach the same verdict.
+                assert!(matches!(
+                    ScalableBloomFilter::read_from(&mut with_items(&bytes, i, items).as_slice()),
+                    Err(DecodeError::Inconsistent(_))
+                ));
+                assert!(matches!(
+                    bloom_core::AnyFilter::from_bytes(&with_items(&bytes, i, items)),
+                    Err(DecodeError::Inconsistent(_))
+                ));
+            }
+        }
+        // Counts whose sum overflows a u64.
+        let mut huge = with_items(&bytes, 0, u64::MAX);
+        huge = with_items(&huge, 1, u64::MAX);
+        huge = with_items(&huge, 2, u64::MAX);
+        inconsistent(ScalableBloomFilter::from_bytes(&huge), "sum overflows");
+        let mut halves = with_items(&bytes, 1, u64::MAX / 2 + 1);
+        halves = with_items(&halves, 2, u64::MAX / 2 + 1);
+        inconsistent(ScalableBloomFilter::from_bytes(&halves), "halves");
+    }
+}

@@ -844,3 +844,83 @@ fn guard_counters_are_emitted_as_metrics_labelled_by_guard_name() {
     let stats = guard.stats();
     assert_eq!((stats.checked, stats.passed, stats.rejected), (3, 1, 2));
 }
+
+// ---------------------------------------------------------------------------------------
+// Auto-grow from a filter whose estimate is infinite.
+
+/// A filter sized for 100 keys at 1% with every bit set (its estimate is +∞).
+fn all_ones(seed: u128) -> BloomFilter {
+    let filter = BloomFilter::builder()
+        .expected_items(100)
+        .false_positive_rate(0.01)
+        .seed(seed)
+        .build()
+        .unwrap();
+    for key in 0..100_000u64 {
+        filter.insert(&key);
+    }
+    assert_eq!(filter.count_ones(), filter.num_bits(), "not all ones yet");
+    assert_eq!(filter.estimated_items(), f64::INFINITY);
+    filter
+}
+
+#[tokio::test]
+async fn auto_grow_from_an_all_ones_filter_doubles_the_capacity_and_rebuilds() {
+    let filter = SharedFilter::builder().auto_grow(true).build(all_ones(21));
+    let report = filter.check_saturation();
+    assert!(report.saturated, "{report:?}");
+    assert_eq!(report.estimated_items, f64::INFINITY);
+    assert_eq!(filter.stats().saturation_warnings, 1);
+
+    // No count hint: the rebuild is sized by auto-grow alone, from the capacity, not from +∞.
+    let keys = shared_vec(0..50);
+    let outcome = filter.reload_from(&source_of(&keys)).await;
+    assert!(
+        matches!(outcome, Ok(Reloaded::Rebuilt { keys: 50 })),
+        "{outcome:?}"
+    );
+    let stats = filter.stats();
+    assert_eq!(stats.capacity, Some(200), "{stats:?}");
+    assert_eq!(stats.failed_rebuilds, 0);
+    assert!((0..50u64).all(|key| filter.contains(&key)));
+    assert!(!filter.check_saturation().saturated);
+
+    // The next rebuild, with a count hint, is sane too: the larger of 200 and 60 + 25%.
+    filter
+        .reload_from(&(0..60u64).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    assert_eq!(filter.stats().capacity, Some(200));
+}
+
+#[tokio::test(start_paused = true)]
+async fn auto_grow_from_an_all_ones_filter_sized_by_bits_rebuilds_at_once() {
+    let bits = all_ones(22).num_bits();
+    let by_bits = BloomFilter::builder()
+        .bits(bits)
+        .hashes(7)
+        .seed(22)
+        .build()
+        .unwrap();
+    for key in 0..100_000u64 {
+        by_bits.insert(&key);
+    }
+    assert_eq!(by_bits.estimated_items(), f64::INFINITY);
+    let filter = SharedFilter::builder()
+        .auto_grow(true)
+        .false_positive_rate(0.01)
+        .build(by_bits);
+    let keys = shared_vec(0..80);
+    let task = filter.rebuild_every(HOUR, source_of(&keys));
+    assert!(filter.check_saturation().saturated);
+    while filter.stats().rebuilds + filter.stats().failed_rebuilds == 0 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let stats = filter.stats();
+    assert_eq!(stats.failed_rebuilds, 0, "{stats:?}");
+    // Twice what its bits hold at 1% (about 100 keys each way), not u64::MAX.
+    let capacity = stats.capacity.unwrap();
+    assert!((150..=250).contains(&capacity), "{stats:?}");
+    assert!((0..80u64).all(|key| filter.contains(&key)));
+    task.shutdown().await;
+}

@@ -8,7 +8,7 @@ use anyhow::{Result, anyhow, bail};
 use bloom_core::{BloomFilter, Layout};
 use indicatif::HumanBytes;
 
-use crate::args::{ItemsArg, LayoutArg, parse_fpr, parse_items_or_auto, parse_seed};
+use crate::args::{InputArgs, ItemsArg, LayoutArg, parse_fpr, parse_items_or_auto, parse_seed};
 use crate::input::Source;
 use crate::output::AtomicFile;
 use crate::progress::{self, Progress};
@@ -27,7 +27,7 @@ With --items auto the filter is sized for the number of lines (duplicates includ
 least the number of distinct keys). Files are read twice; standard input is first copied to
 a temporary file (in $TMPDIR), which needs as much free disk space as the input.")]
 pub struct Args {
-    /// Input files; `-` or none reads standard input.
+    /// Input files (regular files only); `-` or none reads standard input.
     #[arg(value_name = "INPUT")]
     inputs: Vec<OsString>,
     /// The filter file to write.
@@ -51,6 +51,8 @@ pub struct Args {
     /// No progress bar, no summary, no warning when the filter is past its capacity.
     #[arg(short, long)]
     quiet: bool,
+    #[command(flatten)]
+    input: InputArgs,
 }
 
 /// Builds the filter and writes it.
@@ -79,7 +81,8 @@ pub fn run(args: &Args) -> Result<()> {
             let mut counted = Vec::with_capacity(sources.len());
             for source in sources {
                 let bar = Progress::bytes(show, "counting", source.len());
-                let (source, lines) = source.count_lines(|bytes| bar.update(bytes, 0))?;
+                let (source, lines) =
+                    source.count_lines(args.input.max_line_bytes, |bytes| bar.update(bytes, 0))?;
                 total += lines;
                 counted.push(source);
             }
@@ -104,7 +107,7 @@ pub fn run(args: &Args) -> Result<()> {
     let bar = Progress::bytes(show, "inserting", total_bytes);
     let (mut bytes_before, mut lines) = (0u64, 0u64);
     for source in &sources {
-        let mut reader = source.open()?;
+        let mut reader = source.open(args.input.max_line_bytes)?;
         while let Some(batch) = reader.next_batch()? {
             filter.insert_many(batch.iter());
             bar.update(bytes_before + reader.bytes(), lines + reader.lines());

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
+use crate::args::InputArgs;
 use crate::cmd::{STDOUT_BUFFER, raw_stdout, stdout_failed};
 use crate::input::Source;
 
@@ -33,6 +34,8 @@ pub struct Args {
     /// Print nothing: the exit status alone answers.
     #[arg(short, long)]
     quiet: bool,
+    #[command(flatten)]
+    input: InputArgs,
 }
 
 /// Looks the keys up; `Ok(true)` if every one is maybe present.
@@ -44,7 +47,7 @@ pub fn run(args: &Args) -> Result<bool> {
         all_maybe: true,
     };
     if args.keys.is_empty() {
-        let mut lines = Source::Stdin.open()?;
+        let mut lines = Source::Stdin.open(args.input.max_line_bytes)?;
         while let Some(batch) = lines.next_batch()? {
             // A plain filter looks a batch up with prefetching; the others key by key.
             let found = match filter.as_plain() {

@@ -13,7 +13,7 @@ use anyhow::{Result, anyhow, bail};
 use bloom_core::{BloomFilter, Layout, params};
 use indicatif::HumanBytes;
 
-use crate::args::{LayoutArg, fmt_rate, parse_fpr, parse_items, parse_seed};
+use crate::args::{InputArgs, LayoutArg, fmt_rate, parse_fpr, parse_items, parse_seed};
 use crate::cmd::{STDOUT_BUFFER, raw_stdout, stdout_failed};
 use crate::input::{Lines, stdin_reader};
 use crate::output::AtomicFile;
@@ -60,6 +60,8 @@ pub struct Args {
     /// No warning when the filter is past its capacity.
     #[arg(short, long)]
     quiet: bool,
+    #[command(flatten)]
+    input: InputArgs,
 }
 
 /// Runs the filter over standard input.
@@ -90,7 +92,11 @@ pub fn run(args: &Args) -> Result<()> {
     let setup = setup.elapsed();
 
     let start = Instant::now();
-    let mut lines = Lines::new(stdin_reader(), "stdin".to_owned());
+    let mut lines = Lines::new(
+        stdin_reader(),
+        "stdin".to_owned(),
+        args.input.max_line_bytes,
+    );
     let mut out = BufWriter::with_capacity(STDOUT_BUFFER, raw_stdout());
     let mut kept = 0u64;
     let mut is_new = Vec::new();
