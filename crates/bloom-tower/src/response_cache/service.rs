@@ -1,0 +1,356 @@
+//! [`ResponseCacheService`]: serve a stored response, or be (or wait for) the URL's one
+//! load, and store what may be stored.
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bloom_core::Key;
+use bytes::Bytes;
+use http::{Method, Request, Response, header};
+use http_body::Body;
+use tower_service::Service;
+
+use super::body::Read;
+use super::policy::{self, NotStored, RequestUse};
+use super::stats::Event;
+use super::store::{FlightKey, Shared, Store, Stored, Variant};
+use super::{ResponseCacheBody, ResponseCacheFuture};
+use crate::flight::{Flight, Role, wait};
+use crate::key::KeyExtractor;
+
+/// The service made by [`ResponseCache`](super::ResponseCache) around an inner service.
+///
+/// ```
+/// use bloom_tower::{ResponseCache, ResponseCacheService, key};
+/// use http::{Request, Response};
+/// use tower::{Layer, service_fn};
+///
+/// let inner = service_fn(|_: Request<()>| async {
+///     Ok::<_, std::convert::Infallible>(Response::new(String::from("user 7")))
+/// });
+/// let service: ResponseCacheService<_, _> = ResponseCache::new(key::path_segment(1)).layer(inner);
+/// # let _ = service;
+/// ```
+pub struct ResponseCacheService<S, E> {
+    pub(crate) inner: S,
+    pub(crate) extractor: Arc<E>,
+    pub(crate) store: Arc<Store>,
+}
+
+impl<S: Clone, E> Clone for ResponseCacheService<S, E> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            extractor: Arc::clone(&self.extractor),
+            store: Arc::clone(&self.store),
+        }
+    }
+}
+
+impl<S: fmt::Debug, E> fmt::Debug for ResponseCacheService<S, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseCacheService")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+type Answer<B, E> = Result<Response<ResponseCacheBody<B>>, E>;
+
+impl<S, E, ReqBody, ResBody> Service<Request<ReqBody>> for ResponseCacheService<S, E>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Send,
+    E: KeyExtractor<Request<ReqBody>>,
+    ReqBody: Send + 'static,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Send,
+{
+    type Response = Response<ResponseCacheBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseCacheFuture<ResBody, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        // The instance that was polled ready is the one to call; leave a fresh clone behind.
+        let clone = self.inner.clone();
+        let ready = std::mem::replace(&mut self.inner, clone);
+        let record = self
+            .extractor
+            .extract(&req)
+            .map(|key| Bytes::copy_from_slice(key.key_bytes().as_ref()));
+        let store = Arc::clone(&self.store);
+        ResponseCacheFuture::new(async move {
+            let Some(record) = record else {
+                store.counters.count(Event::PassedThrough);
+                return pass_through(ready, req).await;
+            };
+            // Only GET is stored and served: a HEAD's empty body must not answer a GET, and
+            // other methods change things.
+            if req.method() == Method::GET {
+                serve_get(ready, req, &store, record).await
+            } else {
+                store.counters.count(Event::PassedThrough);
+                pass_through_other_method(ready, req, &store, record).await
+            }
+        })
+    }
+}
+
+/// A `GET` with a key: from the cache, from the URL's load in flight, or from a load of its
+/// own.
+async fn serve_get<S, ReqBody, ResBody>(
+    ready: S,
+    req: Request<ReqBody>,
+    store: &Store,
+    record: Bytes,
+) -> Answer<ResBody, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ResBody: Body<Data = Bytes>,
+{
+    let request_use = RequestUse::of(req.headers());
+    if request_use == RequestUse::Bypass {
+        store.counters.count(Event::Bypassed);
+        return pass_through(ready, req).await;
+    }
+    let url = if store.config.share_by_key_only {
+        Bytes::new()
+    } else {
+        url_key(&req)
+    };
+    if let Some(hit) = store
+        .answer(&record, &url, req.headers(), request_use)
+        .await
+    {
+        return Ok(serve_hit(store, &hit));
+    }
+    if request_use == RequestUse::Credentials {
+        // Another request's load may be answered for other credentials: never wait on one.
+        store.counters.count(Event::Bypassed);
+        return load(ready, req, store, record, url, request_use, None).await;
+    }
+    let flight_key: FlightKey = (record.clone(), url.clone());
+    loop {
+        match store.flights.join(&flight_key) {
+            Role::Leader(flight) => {
+                // A load that finished between our miss and `join` stored its response
+                // before leaving the table: serve that instead of loading again.
+                if let Some(hit) = store
+                    .answer(&record, &url, req.headers(), request_use)
+                    .await
+                {
+                    flight.complete(Shared::Response(Arc::clone(&hit)));
+                    return Ok(serve_hit(store, &hit));
+                }
+                return load(ready, req, store, record, url, request_use, Some(flight)).await;
+            }
+            Role::Waiter(slot) => {
+                store.counters.count(Event::Coalesced);
+                match tokio::time::timeout(store.config.wait_timeout, wait(slot)).await {
+                    Err(_elapsed) => {
+                        // The leader is stuck (a hung handler, a slow body): answer this
+                        // request with a call of its own rather than strand it.
+                        store.counters.count(Event::WaitTimeout);
+                        return load(ready, req, store, record, url, request_use, None).await;
+                    }
+                    Ok(Some(Shared::Response(shared)))
+                        if shared.answers(&url, req.headers(), request_use, Instant::now()) =>
+                    {
+                        return Ok(shared.response_from_cache());
+                    }
+                    Ok(Some(Shared::Uncacheable)) => return pass_through(ready, req).await,
+                    // The leader went away, was overtaken by an invalidation, or its response
+                    // varies on a header this request sends differently: look again.
+                    Ok(Some(Shared::Response(_)) | None) => {
+                        let hit = store
+                            .answer(&record, &url, req.headers(), request_use)
+                            .await;
+                        if let Some(hit) = hit {
+                            return Ok(serve_hit(store, &hit));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn serve_hit<B: Body>(store: &Store, hit: &Variant) -> Response<ResponseCacheBody<B>> {
+    let event = if hit.is_not_found() {
+        Event::NegativeHit
+    } else {
+        Event::Hit
+    };
+    store.counters.count(event);
+    hit.response_from_cache()
+}
+
+/// One call to the inner service whose response is stored if it may be. A flight's leader
+/// hands the outcome to its waiters; a request without a flight (credentials, a waiter that
+/// timed out) just stores it.
+async fn load<S, ReqBody, ResBody>(
+    mut ready: S,
+    req: Request<ReqBody>,
+    store: &Store,
+    record: Bytes,
+    url: Bytes,
+    request_use: RequestUse,
+    flight: Option<Flight<'_, FlightKey, Shared>>,
+) -> Answer<ResBody, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ResBody: Body<Data = Bytes>,
+{
+    store.counters.count(Event::Load);
+    // Read before the call: an invalidation from here on makes this load stale.
+    let epoch = store.epoch(&record);
+    // `Vary` matches later requests against this one's headers, which the call consumes.
+    let request_headers = req.headers().clone();
+    // An error drops `flight`: the waiters wake and one of them tries the inner service.
+    let response = ready.call(req).await?;
+    let rules = match policy::storable(
+        response.status(),
+        response.headers(),
+        request_use,
+        store.config.lifetimes,
+    ) {
+        Ok(rules) => rules,
+        Err(reason) => {
+            let response = response.map(ResponseCacheBody::inner);
+            return Ok(not_stored(store, flight, reason, response));
+        }
+    };
+    let (parts, body) = response.into_parts();
+    let bytes = match ResponseCacheBody::read(body, store.config.max_body_bytes).await {
+        Read::Complete(bytes) => bytes,
+        Read::Given(body, reason) => {
+            let response = Response::from_parts(parts, body);
+            return Ok(not_stored(store, flight, reason, response));
+        }
+    };
+    let variant = Arc::new(Variant::new(
+        url,
+        &request_headers,
+        rules,
+        parts,
+        bytes,
+        epoch,
+    ));
+    if !store.fits(&record, &variant) {
+        return Ok(not_stored(
+            store,
+            flight,
+            NotStored::OverBudget,
+            variant.response(),
+        ));
+    }
+    match store.store(record, Arc::clone(&variant)).await {
+        Stored::Kept => {
+            if let Some(flight) = flight {
+                flight.complete(Shared::Response(Arc::clone(&variant)));
+            }
+        }
+        Stored::Stale => {
+            store.counters.count(Event::StaleDiscarded);
+            // Waiters may have arrived after the invalidation, so this response is not for
+            // them: dropping the flight sends them back to look again.
+            drop(flight);
+        }
+    }
+    // Its own request gets it either way: it is what the inner service answered to it.
+    Ok(variant.response())
+}
+
+fn not_stored<B>(
+    store: &Store,
+    flight: Option<Flight<'_, FlightKey, Shared>>,
+    reason: NotStored,
+    response: Response<B>,
+) -> Response<B> {
+    store.counters.count(Event::NotStored);
+    tracing::debug!(reason = reason.as_str(), "response not stored");
+    if let Some(flight) = flight {
+        flight.complete(Shared::Uncacheable);
+    }
+    response
+}
+
+async fn pass_through<S, ReqBody, ResBody>(
+    mut ready: S,
+    req: Request<ReqBody>,
+) -> Answer<ResBody, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ResBody: Body<Data = Bytes>,
+{
+    Ok(ready.call(req).await?.map(ResponseCacheBody::inner))
+}
+
+/// Any method but `GET`. A successful unsafe one (`POST`, `PUT`, `PATCH`, `DELETE`, …)
+/// changed the record: its stored responses are invalidated (RFC 9111 §4.4), after the
+/// response, so a load that raced with the change is discarded by the epoch.
+async fn pass_through_other_method<S, ReqBody, ResBody>(
+    ready: S,
+    req: Request<ReqBody>,
+    store: &Store,
+    record: Bytes,
+) -> Answer<ResBody, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ResBody: Body<Data = Bytes>,
+{
+    let safe = matches!(
+        *req.method(),
+        Method::HEAD | Method::OPTIONS | Method::TRACE
+    );
+    let response = pass_through(ready, req).await?;
+    let status = response.status();
+    if !safe && (status.is_success() || status.is_redirection()) {
+        store.invalidate(&record).await;
+    }
+    Ok(response)
+}
+
+/// What identifies the resource besides the method (always `GET` here): authority (from
+/// the target, else `Host`, lower-cased) + path + query. The authority cannot contain `/`
+/// and the path starts with one, so the two cannot run into each other.
+fn url_key<B>(req: &Request<B>) -> Bytes {
+    let authority = match req.uri().authority() {
+        Some(authority) => authority.as_str().as_bytes(),
+        None => req
+            .headers()
+            .get(header::HOST)
+            .map_or(&[][..], |host| host.as_bytes()),
+    };
+    let target = req
+        .uri()
+        .path_and_query()
+        .map_or_else(|| req.uri().path(), |target| target.as_str());
+    let mut key = Vec::with_capacity(authority.len() + target.len());
+    key.extend(authority.iter().map(u8::to_ascii_lowercase));
+    key.extend_from_slice(target.as_bytes());
+    Bytes::from(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_url_key_is_authority_path_and_query() {
+        let req = Request::get("/users/2?fields=email")
+            .header("host", "API.example.com:8080")
+            .body(())
+            .unwrap();
+        assert_eq!(url_key(&req), "api.example.com:8080/users/2?fields=email");
+        let absolute = Request::get("http://Example.com/users/2").body(()).unwrap();
+        assert_eq!(url_key(&absolute), "example.com/users/2");
+    }
+}
