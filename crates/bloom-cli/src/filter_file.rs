@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use anyhow::{Result, anyhow};
-use bloom_core::{AnyFilter, BloomFilter};
+use bloom_core::{AnyFilter, BloomFilter, Snapshot, SnapshotLabel};
 
 use crate::input::io_msg;
 use crate::output::AtomicFile;
@@ -12,28 +12,37 @@ use crate::output::AtomicFile;
 pub struct Loaded {
     /// The filter, of whichever kind the file holds.
     pub filter: AnyFilter,
-    /// The file's format version.
+    /// The filter's format version.
     pub version: u16,
     /// The file's size in bytes.
     pub file_len: u64,
+    /// For a service's snapshot (`SharedFilter::save`): the filter's name and watermark.
+    pub label: Option<SnapshotLabel>,
 }
 
-/// Reads and validates a filter file of any kind (plain, counting, scalable). Errors name the
-/// file and the problem, e.g. `snapshot.bloom: file is truncated: 100 bytes, the header
-/// promises 1268`.
+/// Reads and validates a filter file of any kind (plain, counting, scalable), bare or a
+/// service's labelled snapshot. Errors name the file and the problem, e.g. `snapshot.bloom:
+/// file is truncated: 100 bytes, the header promises 1268`.
 pub fn load(path: &Path) -> Result<Loaded> {
     let name = path.display();
     if path.is_dir() {
         return Err(anyhow!("{name}: is a directory, not a filter file"));
     }
     let bytes = std::fs::read(path).map_err(|e| anyhow!("{name}: cannot read: {}", io_msg(&e)))?;
-    let filter = AnyFilter::from_bytes(&bytes).map_err(|e| anyhow!("{name}: {e}"))?;
-    // from_bytes checked the magic and the header, so the version field is there.
-    let version = u16::from_le_bytes([bytes[8], bytes[9]]);
+    let snapshot =
+        Snapshot::read_from(&mut bytes.as_slice()).map_err(|e| anyhow!("{name}: {e}"))?;
+    // The filter follows the label (magic, version, length, label, CRC), if there is one;
+    // read_from checked both, so the version field is there.
+    let start = match snapshot.label {
+        Some(_) => 18 + u32::from_le_bytes(bytes[10..14].try_into().unwrap()) as usize,
+        None => 0,
+    };
+    let version = u16::from_le_bytes([bytes[start + 8], bytes[start + 9]]);
     Ok(Loaded {
-        filter,
+        filter: snapshot.filter,
         version,
         file_len: bytes.len() as u64,
+        label: snapshot.label,
     })
 }
 

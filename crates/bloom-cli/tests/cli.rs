@@ -404,7 +404,7 @@ fn a_failed_build_leaves_nothing_behind_and_keeps_the_old_file() {
         "",
     );
     assert_error(&o, &["nope.txt", "cannot open", "No such file"]);
-    // Unreadable input (a directory), after a good one.
+    // An input that is not a regular file (a directory), after a good one.
     fs::write(dir.path().join("good.txt"), "x\n").unwrap();
     let o = run(
         dir.path(),
@@ -421,7 +421,7 @@ fn a_failed_build_leaves_nothing_behind_and_keeps_the_old_file() {
         ],
         "",
     );
-    assert_error(&o, &["subdir", "read failed"]);
+    assert_error(&o, &["subdir", "not a regular file (a directory)"]);
     let o = run(
         dir.path(),
         &[
@@ -437,7 +437,7 @@ fn a_failed_build_leaves_nothing_behind_and_keeps_the_old_file() {
         ],
         "",
     );
-    assert_error(&o, &["subdir", "read failed"]);
+    assert_error(&o, &["subdir", "not a regular file (a directory)"]);
     fs::remove_file(dir.path().join("good.txt")).unwrap();
     // Output into a missing directory, or onto a directory.
     let o = run(
@@ -1102,4 +1102,258 @@ fn dedup_with_an_unwritable_state_path_fails_before_reading() {
     assert_error(&o, &["nodir/s.bloom", "does not exist"]);
     assert!(o.stdout.is_empty());
     assert!(listing(dir.path()).is_empty());
+}
+
+// ---------------------------------------------------------------------------------------
+// bounded input: named inputs must be regular files, lines are capped
+
+/// How long a run may take before it counts as reading forever.
+const NO_HANG: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Runs `bloom args` in `dir` with `stdin` as its standard input (a real file or device, not
+/// a pipe fed by the test), killing it if it outlives [`NO_HANG`].
+fn run_with_stdin(dir: &Path, args: &[&str], stdin: fs::File) -> Output {
+    use std::io::Read as _;
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("bloom"))
+        .current_dir(dir)
+        .args(args)
+        .stdin(stdin)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pipe = |r: Option<Box<dyn std::io::Read + Send>>| {
+        let mut r = r.unwrap();
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v);
+            v
+        })
+    };
+    let out = pipe(child.stdout.take().map(|s| Box::new(s) as _));
+    let err = pipe(child.stderr.take().map(|s| Box::new(s) as _));
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > NO_HANG {
+            let _ = child.kill();
+            panic!("bloom {args:?} still running after {NO_HANG:?}: it reads without bound");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+    }
+}
+
+/// `run`, but killed (and failed) if it outlives [`NO_HANG`].
+fn run_bounded(dir: &Path, args: &[&str], stdin: impl Into<Vec<u8>>) -> Output {
+    bloom()
+        .current_dir(dir)
+        .args(args)
+        .write_stdin(stdin)
+        .timeout(NO_HANG)
+        .output()
+        .expect("bloom runs")
+}
+
+#[cfg(unix)]
+#[test]
+fn named_inputs_that_are_not_regular_files_are_refused_without_reading_them() {
+    let dir = TempDir::new().unwrap();
+    fs::create_dir(dir.path().join("a-dir")).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(dir.path().join("a-fifo"))
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+    fs::write(dir.path().join("keys.txt"), "a\nb\n").unwrap();
+    let before = listing(dir.path());
+    for items in ["10", "auto"] {
+        for (input, kind) in [
+            ("/dev/zero", "a character device"),
+            ("a-dir", "a directory"),
+            // Nobody writes to it: opening it for reading would block forever.
+            ("a-fifo", "a FIFO"),
+        ] {
+            for inputs in [&[input][..], &["keys.txt", input]] {
+                let mut args = vec!["build", "-n", items, "-p", "0.01", "-o", "out.bloom"];
+                args.extend_from_slice(inputs);
+                let o = run_bounded(dir.path(), &args, "");
+                assert!(
+                    o.status.code().is_some(),
+                    "{args:?} was killed: it read without bound"
+                );
+                assert_error(&o, &[input, "not a regular file", kind, "give -"]);
+                assert_eq!(listing(dir.path()), before, "{args:?} left a file behind");
+            }
+        }
+    }
+    // A symbolic link to a regular file is a regular file; `-` still reads a pipe.
+    std::os::unix::fs::symlink("keys.txt", dir.path().join("link.txt")).unwrap();
+    let o = run_bounded(
+        dir.path(),
+        &[
+            "build",
+            "-n",
+            "10",
+            "-p",
+            "0.01",
+            "-o",
+            "out.bloom",
+            "link.txt",
+            "-",
+        ],
+        "c\n",
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(dir.path(), &["check", "out.bloom", "a", "b", "c"], "");
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+}
+
+#[test]
+fn a_line_over_the_cap_is_an_error_naming_the_input_and_the_line() {
+    let dir = TempDir::new().unwrap();
+    // 8 bytes (with LF, CR LF or nothing after it) is within a cap of 8; 9 is not.
+    let fits = "12345678\nabcdefgh\r\n\nlast5678";
+    let over = "a\nb\n123456789\nc\n";
+    fs::write(dir.path().join("fits.txt"), fits).unwrap();
+    fs::write(dir.path().join("over.txt"), over).unwrap();
+    let cap = ["--max-line-bytes", "8"];
+    for items in ["10", "auto"] {
+        let build = |inputs: &[&str], stdin: &str| {
+            let mut args = vec!["build", "-n", items, "-p", "0.01", "-o", "out.bloom"];
+            args.extend_from_slice(&cap);
+            args.extend_from_slice(inputs);
+            run_bounded(dir.path(), &args, stdin)
+        };
+        for (inputs, stdin) in [(&["fits.txt"][..], ""), (&["-"], fits)] {
+            let o = build(inputs, stdin);
+            assert!(o.status.success(), "{items} {inputs:?}: {}", stderr(&o));
+            fs::remove_file(dir.path().join("out.bloom")).unwrap();
+        }
+        for (inputs, stdin, name) in [
+            (&["over.txt"][..], "", "over.txt"),
+            (&["-"], over, "stdin"),
+            (&["fits.txt", "-"], over, "stdin"),
+        ] {
+            let o = build(inputs, stdin);
+            assert_error(
+                &o,
+                &[
+                    &format!("{name}: line 3 is longer than 8 bytes"),
+                    "--max-line-bytes",
+                ],
+            );
+            assert_eq!(listing(dir.path()), ["fits.txt", "over.txt"], "{inputs:?}");
+        }
+    }
+
+    // check stops at the line too, after answering the ones before it.
+    build(dir.path(), "k.bloom", &["a"], "10", "0.01", "1");
+    let mut args = vec!["check", "k.bloom"];
+    args.extend_from_slice(&cap);
+    let o = run_bounded(dir.path(), &args, over);
+    assert_error(&o, &["stdin: line 3 is longer than 8 bytes"]);
+    assert!(stdout(&o).starts_with("maybe\ta\n"), "{}", stdout(&o));
+
+    // dedup passes on the lines before it, then fails and saves no state: a rerun with a
+    // larger cap repeats the whole stream, nothing is lost or silently skipped.
+    let mut args = vec!["dedup", "-n", "10", "-p", "0.01", "--state", "s.bloom"];
+    args.extend_from_slice(&cap);
+    let o = run_bounded(dir.path(), &args, over);
+    assert_error(&o, &["stdin: line 3 is longer than 8 bytes"]);
+    assert_eq!(stdout(&o), "a\nb\n");
+    assert!(!dir.path().join("s.bloom").exists());
+    let args = [
+        "dedup",
+        "-n",
+        "10",
+        "-p",
+        "0.01",
+        "--state",
+        "s.bloom",
+        "--max-line-bytes",
+        "9",
+    ];
+    let o = run_bounded(dir.path(), &args, over);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), over);
+
+    for bad in ["0", "1.5K", "lots"] {
+        let o = run(
+            dir.path(),
+            &["dedup", "-n", "10", "-p", "0.01", "--max-line-bytes", bad],
+            "",
+        );
+        assert_usage_error(&o, "--max-line-bytes");
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn an_endless_line_on_stdin_stops_at_the_default_cap() {
+    let dir = TempDir::new().unwrap();
+    build(dir.path(), "k.bloom", &["a"], "10", "0.01", "1");
+    let zero = || fs::File::open("/dev/zero").unwrap();
+    for args in [
+        &["build", "-n", "10", "-p", "0.01", "-o", "out.bloom"][..],
+        &["build", "-n", "10", "-p", "0.01", "-o", "out.bloom", "-"],
+        &["build", "-n", "auto", "-p", "0.01", "-o", "out.bloom", "-"],
+        &["check", "k.bloom"],
+        &["dedup", "-n", "10", "-p", "0.01", "--state", "s.bloom"],
+    ] {
+        let o = run_with_stdin(dir.path(), args, zero());
+        assert_error(&o, &["stdin: line 1 is longer than 1048576 bytes"]);
+        assert!(o.stdout.is_empty(), "{args:?}");
+        assert_eq!(listing(dir.path()), ["k.bloom"], "{args:?}");
+    }
+    // The cap is the flag's.
+    let o = run_with_stdin(
+        dir.path(),
+        &["dedup", "-n", "10", "-p", "0.01", "--max-line-bytes", "64K"],
+        zero(),
+    );
+    assert_error(&o, &["stdin: line 1 is longer than 65536 bytes"]);
+}
+
+#[test]
+fn help_documents_the_line_cap() {
+    for command in ["build", "check", "dedup"] {
+        let o = run(Path::new("."), &[command, "--help"], "");
+        let help = stdout(&o);
+        assert!(
+            help.contains("--max-line-bytes <BYTES>"),
+            "{command}: {help}"
+        );
+        assert!(help.contains("[default: 1048576]"), "{command}: {help}");
+    }
+}
+
+#[test]
+fn check_and_stats_read_a_services_labelled_snapshot() {
+    // What `SharedFilter::save` writes: the filter behind a label with its name and watermark.
+    let dir = TempDir::new().unwrap();
+    let filter = bloom_core::AnyFilter::from(bloom_core::BloomFilter::new(1_000, 0.01).unwrap());
+    filter.insert("user:42");
+    let label =
+        bloom_core::SnapshotLabel::new("users").with_watermark(vec![0, 0, 0, 0, 0, 0, 4, 0x12]);
+    let mut bytes = Vec::new();
+    bloom_core::Snapshot::write(&mut bytes, &label, &filter).unwrap();
+    fs::write(dir.path().join("users.bloom"), &bytes).unwrap();
+
+    let json = stats_json(dir.path(), "users.bloom");
+    assert_eq!(json["kind"], "plain");
+    assert_eq!(json["format_version"], 1);
+    assert_eq!(json["snapshot"]["name"], "users");
+    assert_eq!(json["snapshot"]["watermark_hex"], "0000000000000412");
+    let out = run(dir.path(), &["check", "users.bloom", "user:42"], "");
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("user:42"));
+    let text = run(dir.path(), &["stats", "users.bloom"], "");
+    assert!(String::from_utf8_lossy(&text.stdout).contains("snapshot of:     \"users\""));
 }

@@ -11,6 +11,7 @@ mod key;
 mod layout;
 pub mod params;
 mod scalable;
+mod snapshot;
 mod sync;
 
 pub use any::AnyFilter;
@@ -22,3 +23,4 @@ pub use key::Key;
 pub use layout::{Layout, ParseLayoutError};
 pub use params::Params;
 pub use scalable::{MAX_STAGES, ScalableBloomFilter, ScalableBuilder, StageStats};
+pub use snapshot::{SNAPSHOT_MAGIC, Snapshot, SnapshotLabel};

@@ -26,7 +26,9 @@ expected_fpr_at_capacity (null likewise), saturated (true when current_fpr is mo
 above the target: the filter holds clearly more keys than it was sized for),
 saturated_counters (counting filters: counters stuck at 15), stages (scalable filters: one
 object per stage with capacity, items, bits, hashes, target_fpr, fill_ratio, current_fpr;
-capacity, hashes and expected_fpr_at_capacity are then null at the top level).
+capacity, hashes and expected_fpr_at_capacity are then null at the top level), snapshot (a
+service's snapshot, as `SharedFilter::save` writes: name, watermark_hex, saved_at_unix_ms;
+null for a bare filter file).
 
 A counting filter's bits are its non-zero counters; a scalable filter's are summed over its
 stages, and its current_fpr is the compound rate.")]
@@ -151,6 +153,11 @@ pub fn run(args: &Args) -> Result<()> {
             "saturated": saturated,
             "saturated_counters": f.saturated_counters,
             "stages": stages,
+            "snapshot": loaded.label.as_ref().map(|label| json!({
+                "name": label.name,
+                "watermark_hex": label.watermark.as_deref().map(hex),
+                "saved_at_unix_ms": label.saved_at_unix_ms,
+            })),
         });
         format!("{value:#}\n")
     } else {
@@ -194,6 +201,16 @@ pub fn run(args: &Args) -> Result<()> {
             current = fmt_rate(f.current),
             target = or_none(f.target.map(fmt_rate)),
         );
+        if let Some(label) = &loaded.label {
+            let watermark = label
+                .watermark
+                .as_deref()
+                .map_or_else(|| "none (cannot be caught up)".to_owned(), hex);
+            s.push_str(&format!(
+                "snapshot of:     {:?}, watermark {watermark}, saved at {} ms since the epoch\n",
+                label.name, label.saved_at_unix_ms
+            ));
+        }
         if let Some(counters) = f.saturated_counters {
             s.push_str(&format!("saturated counters: {counters} (stuck at 15)\n"));
         }
@@ -218,4 +235,9 @@ pub fn run(args: &Args) -> Result<()> {
         s
     };
     crate::cmd::print(&text)
+}
+
+/// Bytes as lower-case hex (a snapshot's watermark is opaque to the CLI).
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
