@@ -7,12 +7,26 @@
 //! keys inserted between building it and calling `reload_from` are missing from it, so use
 //! one only when nothing is inserted meanwhile (at startup), and [`from_iter`] /
 //! [`from_stream`] (which run their closure inside `keys()`) otherwise.
+//!
+//! # Catching up after a restart
+//!
+//! A snapshot saved to disk misses every key created after it: by this process before it was
+//! killed, by another writer while it was down. A source that can say where it stands (a
+//! [`Watermark`]: the highest id, a timestamp, a log offset) and list the keys added since
+//! lets [`SharedFilterBuilder::start`](crate::SharedFilterBuilder::start) load the snapshot
+//! and read only those keys before the filter serves. A source that cannot keeps the
+//! defaults ([`watermark`](KeySource::watermark) is `None`), and a loaded snapshot then
+//! serves *verifying* (it lets through what it would reject) until a full rebuild.
 
 use std::collections::{BTreeSet, HashSet};
 use std::convert::Infallible;
 use std::error::Error;
 use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use bloom_core::Key;
 use futures_core::Stream;
@@ -59,6 +73,90 @@ pub trait KeySource {
     /// (plus headroom for the inserts until the next rebuild).
     fn count_hint(&self) -> Option<u64> {
         None
+    }
+
+    /// Where the source stands now, for catching up from later with
+    /// [`keys_since`](Self::keys_since); `Ok(None)` (the default) if it cannot say.
+    ///
+    /// The contract: every key added to the source **after this call returns** is yielded by
+    /// `keys_since` of the value it returned. (A rebuild takes the watermark just before
+    /// [`keys`](Self::keys), so together they cover every key.) With a highest-id watermark,
+    /// that means ids must not become visible below it later: a transaction that took its
+    /// id before the watermark was read and commits after must hold the watermark back
+    /// (return the lowest id still in flight, minus one).
+    fn watermark(
+        &self,
+    ) -> impl Future<Output = Result<Option<Watermark>, Self::Error>> + Send + '_ {
+        // An async block holds no error across an await, so it is `Send` for any error type.
+        async { Ok(None) }
+    }
+
+    /// Every key added since `since` (a value [`watermark`](Self::watermark) returned; keys
+    /// from before it may be yielded too, which costs nothing but time). Only called when
+    /// `watermark` returned `Some`; the default yields nothing.
+    fn keys_since<'a>(
+        &'a self,
+        since: &'a Watermark,
+    ) -> impl Stream<Item = Result<impl Key + Send + 'a, Self::Error>> + Send + 'a {
+        let _ = since;
+        NoKeys(PhantomData)
+    }
+}
+
+/// A position in a [`KeySource`]: opaque bytes the source hands out and reads back (a highest
+/// id, a timestamp, a log offset). Stored in snapshots.
+///
+/// ```
+/// use bloom_tower::key_source::Watermark;
+///
+/// let mark = Watermark::from(1_042u64);
+/// assert_eq!(mark.to_u64(), Some(1_042));
+/// assert_eq!(Watermark::new(b"lsn/0/16B3748".to_vec()).as_bytes(), b"lsn/0/16B3748");
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Watermark(Box<[u8]>);
+
+impl Watermark {
+    /// A watermark of any bytes the source understands.
+    pub fn new(bytes: impl Into<Vec<u8>>) -> Self {
+        Self(bytes.into().into_boxed_slice())
+    }
+
+    /// Its bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// The number it holds, if it was made [`from`](From) a `u64`.
+    pub fn to_u64(&self) -> Option<u64> {
+        <[u8; 8]>::try_from(&*self.0).ok().map(u64::from_be_bytes)
+    }
+}
+
+impl From<u64> for Watermark {
+    fn from(position: u64) -> Self {
+        Self::new(position.to_be_bytes().to_vec())
+    }
+}
+
+impl fmt::Debug for Watermark {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.to_u64() {
+            Some(n) => write!(f, "Watermark({n})"),
+            None => write!(f, "Watermark({:02x?})", &self.0),
+        }
+    }
+}
+
+/// The default [`KeySource::keys_since`]: nothing. `fn() -> E` keeps it `Send` and `Sync` for
+/// any error type.
+struct NoKeys<E>(PhantomData<fn() -> E>);
+
+impl<E> Stream for NoKeys<E> {
+    type Item = Result<u64, E>;
+
+    fn poll_next(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        Poll::Ready(None)
     }
 }
 
@@ -121,6 +219,17 @@ macro_rules! forward_source {
 
             fn count_hint(&self) -> Option<u64> {
                 (**self).count_hint()
+            }
+
+            fn watermark(&self) -> impl Future<Output = Result<Option<Watermark>, S::Error>> + Send + '_ {
+                (**self).watermark()
+            }
+
+            fn keys_since<'a>(
+                &'a self,
+                since: &'a Watermark,
+            ) -> impl Stream<Item = Result<impl Key + Send + 'a, S::Error>> + Send + 'a {
+                (**self).keys_since(since)
             }
         }
     )*};

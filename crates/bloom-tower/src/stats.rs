@@ -12,6 +12,9 @@
 //! | [`bloom_filter_rebuilds_total`](names::FILTER_REBUILDS) | counter | `filter`, `outcome` = `ok` / `error` / `cancelled` | rebuilds |
 //! | [`bloom_filter_saturated_total`](names::FILTER_SATURATED) | counter | `filter` | saturation warnings (at most one per filter generation) |
 //! | [`bloom_filter_keys`](names::FILTER_KEYS) | gauge | `filter` | distinct keys in the serving filter (approximate) |
+//! | [`bloom_filter_verifying`](names::FILTER_VERIFYING) | gauge | `filter` | 1 while the serving filter is a snapshot awaiting a full rebuild (it lets every key through), else 0 |
+//! | [`bloom_filter_unverified_passes_total`](names::FILTER_UNVERIFIED_PASSES) | counter | `filter` | keys a verifying filter let through that it would have rejected |
+//! | [`bloom_filter_caught_up_keys_total`](names::FILTER_CAUGHT_UP_KEYS) | counter | `filter` | keys read from the source since a snapshot's watermark at start |
 //! | [`bloom_cache_filter_rejections_total`](names::CACHE_FILTER_REJECTIONS) | counter | `cache` | [`GuardedCache`](crate::GuardedCache) lookups the filter answered "absent" |
 //! | [`bloom_cache_hits_total`](names::CACHE_HITS) | counter | `cache` | lookups answered from the cache |
 //! | [`bloom_cache_negative_hits_total`](names::CACHE_NEGATIVE_HITS) | counter | `cache` | lookups answered from the negative cache |
@@ -20,10 +23,14 @@
 //! | [`bloom_cache_coalesced_waiters_total`](names::CACHE_COALESCED_WAITERS) | counter | `cache` | lookups that waited for another's load |
 //! | [`bloom_cache_false_positives_total`](names::CACHE_FALSE_POSITIVES) | counter | `cache` | lookups the filter let through for keys the loader did not find |
 //! | [`bloom_cache_measured_fpr`](names::CACHE_MEASURED_FPR) | gauge | `cache` | live measured false-positive rate: `false_positives / (false_positives + filter_rejections)` |
-//! | [`bloom_hot_key_hits_total`](names::HOT_KEY_HITS) | counter | `cache` | [`HotKeyCache`](crate::HotKeyCache) requests answered from the cache (`status` = `200` / `404`) |
-//! | [`bloom_hot_key_loads_total`](names::HOT_KEY_LOADS) | counter | `cache` | requests sent to the inner service as their key's one loader |
-//! | [`bloom_hot_key_coalesced_total`](names::HOT_KEY_COALESCED) | counter | `cache` | requests that waited for another's load |
-//! | [`bloom_hot_key_passed_through_total`](names::HOT_KEY_PASSED_THROUGH) | counter | `cache` | requests or responses that could not be cached |
+//! | [`bloom_response_cache_hits_total`](names::RESPONSE_CACHE_HITS) | counter | `cache`, `status` = `200` / `404` | [`ResponseCache`](crate::ResponseCache) requests answered with a stored response |
+//! | [`bloom_response_cache_loads_total`](names::RESPONSE_CACHE_LOADS) | counter | `cache` | calls to the inner service made to fill the cache |
+//! | [`bloom_response_cache_coalesced_total`](names::RESPONSE_CACHE_COALESCED) | counter | `cache` | requests that waited for another's load of the same URL |
+//! | [`bloom_response_cache_passed_through_total`](names::RESPONSE_CACHE_PASSED_THROUGH) | counter | `cache` | requests the cache does not answer (not `GET`, or no key) |
+//! | [`bloom_response_cache_bypassed_total`](names::RESPONSE_CACHE_BYPASSED) | counter | `cache` | `GET`s that skipped the shared cache (`Cache-Control: no-store`/`no-cache`, or `Authorization`) |
+//! | [`bloom_response_cache_not_stored_total`](names::RESPONSE_CACHE_NOT_STORED) | counter | `cache` | responses that could not be stored (status, directives, `Set-Cookie`, `Vary: *`, size) |
+//! | [`bloom_response_cache_wait_timeouts_total`](names::RESPONSE_CACHE_WAIT_TIMEOUTS) | counter | `cache` | waiters that gave up on another's load and called the inner service |
+//! | [`bloom_response_cache_stale_loads_discarded_total`](names::RESPONSE_CACHE_STALE_DISCARDED) | counter | `cache` | responses discarded because their key was invalidated during the load |
 //!
 //! `guard` is [`BloomGuard::name`], `filter` is [`SharedFilterBuilder::name`]; both default
 //! to `"default"`. The guard registers its counters with the recorder on its first request,
@@ -54,6 +61,13 @@ pub mod names {
     pub const FILTER_SATURATED: &str = "bloom_filter_saturated_total";
     /// Gauge: approximate number of distinct keys in the serving filter.
     pub const FILTER_KEYS: &str = "bloom_filter_keys";
+    /// Gauge: 1 while the serving filter is a snapshot that could not be caught up with its
+    /// source and awaits a full rebuild (it lets every key through), else 0.
+    pub const FILTER_VERIFYING: &str = "bloom_filter_verifying";
+    /// Counter: lookups a verifying filter let through that it would have rejected.
+    pub const FILTER_UNVERIFIED_PASSES: &str = "bloom_filter_unverified_passes_total";
+    /// Counter: keys read from the source since a snapshot's watermark when starting from it.
+    pub const FILTER_CAUGHT_UP_KEYS: &str = "bloom_filter_caught_up_keys_total";
     /// Counter: guarded-cache lookups the filter answered "definitely absent".
     pub const CACHE_FILTER_REJECTIONS: &str = "bloom_cache_filter_rejections_total";
     /// Counter: guarded-cache lookups answered from the cache.
@@ -70,14 +84,23 @@ pub mod names {
     pub const CACHE_FALSE_POSITIVES: &str = "bloom_cache_false_positives_total";
     /// Gauge: the live measured false-positive rate of the cache's filter.
     pub const CACHE_MEASURED_FPR: &str = "bloom_cache_measured_fpr";
-    /// Counter: hot-key cache hits, labelled `status` = `200` or `404`.
-    pub const HOT_KEY_HITS: &str = "bloom_hot_key_hits_total";
-    /// Counter: requests sent to the inner service as their key's one loader.
-    pub const HOT_KEY_LOADS: &str = "bloom_hot_key_loads_total";
-    /// Counter: requests that waited for another request's load.
-    pub const HOT_KEY_COALESCED: &str = "bloom_hot_key_coalesced_total";
-    /// Counter: requests or responses that could not be cached.
-    pub const HOT_KEY_PASSED_THROUGH: &str = "bloom_hot_key_passed_through_total";
+    /// Counter: response-cache hits, labelled `status` = `200` or `404`.
+    pub const RESPONSE_CACHE_HITS: &str = "bloom_response_cache_hits_total";
+    /// Counter: calls to the inner service made to fill the response cache.
+    pub const RESPONSE_CACHE_LOADS: &str = "bloom_response_cache_loads_total";
+    /// Counter: requests that waited for another request's load of the same URL.
+    pub const RESPONSE_CACHE_COALESCED: &str = "bloom_response_cache_coalesced_total";
+    /// Counter: requests the response cache does not answer (not `GET`, or no key).
+    pub const RESPONSE_CACHE_PASSED_THROUGH: &str = "bloom_response_cache_passed_through_total";
+    /// Counter: `GET`s that skipped the shared cache because of their own headers.
+    pub const RESPONSE_CACHE_BYPASSED: &str = "bloom_response_cache_bypassed_total";
+    /// Counter: responses the response cache could not store.
+    pub const RESPONSE_CACHE_NOT_STORED: &str = "bloom_response_cache_not_stored_total";
+    /// Counter: waiters that gave up on another request's load after the wait timeout.
+    pub const RESPONSE_CACHE_WAIT_TIMEOUTS: &str = "bloom_response_cache_wait_timeouts_total";
+    /// Counter: responses discarded because their key was invalidated while they loaded.
+    pub const RESPONSE_CACHE_STALE_DISCARDED: &str =
+        "bloom_response_cache_stale_loads_discarded_total";
 }
 
 /// A guard's request counters, shared by the layer and every service made from it.
@@ -224,6 +247,11 @@ pub struct FilterStats {
     pub saturation_warnings: u64,
     /// Whether a rebuild is running now.
     pub rebuilding: bool,
+    /// Whether the serving filter is a snapshot that could not be caught up with its source:
+    /// it lets every key through until a full rebuild swaps in.
+    pub verifying: bool,
+    /// Lookups a verifying filter let through that it would have rejected.
+    pub unverified_passes: u64,
 }
 
 /// Filter-level counters kept by the shared state.
@@ -235,6 +263,7 @@ pub(crate) struct FilterCounters {
     pub(crate) failed_rebuilds: AtomicU64,
     pub(crate) cancelled_rebuilds: AtomicU64,
     pub(crate) saturation_warnings: AtomicU64,
+    pub(crate) unverified_passes: AtomicU64,
 }
 
 /// How a rebuild ended, for the `outcome` label.
@@ -273,6 +302,34 @@ impl FilterCounters {
         metrics::counter!(names::FILTER_SATURATED, "filter" => filter.to_owned()).increment(1);
         #[cfg(not(feature = "metrics"))]
         let _ = filter;
+    }
+
+    pub(crate) fn unverified_pass(&self, filter: &str) {
+        self.unverified_passes.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        metrics::counter!(names::FILTER_UNVERIFIED_PASSES, "filter" => filter.to_owned())
+            .increment(1);
+        #[cfg(not(feature = "metrics"))]
+        let _ = filter;
+    }
+
+    pub(crate) fn verifying(&self, filter: &str, verifying: bool) {
+        #[cfg(feature = "metrics")]
+        metrics::gauge!(names::FILTER_VERIFYING, "filter" => filter.to_owned()).set(if verifying {
+            1.0
+        } else {
+            0.0
+        });
+        #[cfg(not(feature = "metrics"))]
+        let _ = (filter, verifying);
+    }
+
+    pub(crate) fn caught_up(&self, filter: &str, keys: u64) {
+        #[cfg(feature = "metrics")]
+        metrics::counter!(names::FILTER_CAUGHT_UP_KEYS, "filter" => filter.to_owned())
+            .increment(keys);
+        #[cfg(not(feature = "metrics"))]
+        let _ = (filter, keys);
     }
 
     pub(crate) fn keys(&self, filter: &str, keys: u64) {

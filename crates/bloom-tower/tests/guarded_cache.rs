@@ -279,7 +279,7 @@ async fn negative_entries_expire_and_a_created_key_is_found_after_invalidation()
         cache.get_or_load(&8, load(Arc::default())).await.unwrap(),
         None
     );
-    cache.insert_and_invalidate(&8).await;
+    cache.prepare_insert(&8).committed().await;
     let now = Arc::new(std::sync::Mutex::new(Some("new user".to_owned())));
     assert_eq!(
         cache.get_or_load(&8, load(now)).await.unwrap().as_deref(),
@@ -317,7 +317,7 @@ async fn a_create_racing_with_a_load_is_not_hidden_by_a_stale_negative_entry() {
         }
     });
     read_db.notified().await;
-    cache.insert_and_invalidate(&7).await; // the user is created meanwhile
+    cache.prepare_insert(&7).committed().await; // the user is created meanwhile
     finish.notify_one();
     assert_eq!(
         slow_reader.await.unwrap().unwrap(),

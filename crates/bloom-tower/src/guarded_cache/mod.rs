@@ -34,6 +34,7 @@ use stats::Counters;
 
 use crate::SharedFilter;
 use crate::flight::{Flights, Role, wait};
+use crate::shared_filter::{AfterCommit, PendingInsert};
 
 type Filter = SharedFilter;
 
@@ -356,17 +357,34 @@ where
         self.inner.cache.invalidate(key).await;
     }
 
-    /// What a create handler calls: adds `key` to the filter and forgets any negative entry,
-    /// so the new record is found by the very next lookup. Call it before the record becomes
-    /// visible in the database.
+    /// Inserts `key` now, before the write that creates its record becomes visible, and
+    /// returns what to call once the write is committed: [`PendingInsert::committed`] writes
+    /// `key` into every filter a rebuild published since (its source may have missed the open
+    /// transaction) and forgets any "not found" cached meanwhile, so the very next lookup finds
+    /// the record. It does so even if the request is cancelled after the commit (the
+    /// [`PendingInsert`]'s `Drop` finishes the work), and it counts the key once in a counting
+    /// filter. The same as [`SharedFilter::prepare_insert`], plus the cache invalidation.
     ///
-    /// With a counting filter, insert once: a second `insert_and_invalidate` (or
-    /// [`SharedFilter::insert`]) for the same record counts it twice, and one
-    /// [`SharedFilter::remove`] would no longer take it out. After the commit, use
-    /// [`SharedFilter::insert_after_commit`] and [`invalidate`](Self::invalidate).
-    pub async fn insert_and_invalidate(&self, key: &K) {
-        self.inner.filter.insert(key);
-        self.invalidate(key).await;
+    /// ```
+    /// # use bloom_tower::{BloomFilter, GuardedCache, SharedFilter};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let filter = SharedFilter::new(BloomFilter::new(1_000, 0.01)?);
+    /// # let users: GuardedCache<u64, String> = GuardedCache::builder(filter).build();
+    /// let pending = users.prepare_insert(&42);
+    /// // INSERT INTO users (id, …) VALUES (42, …): committed
+    /// pending.committed().await;
+    /// let found = users.get_or_load(&42, |_| async { Ok::<_, std::io::Error>(Some("Ada".to_owned())) }).await?;
+    /// assert_eq!(found.as_deref(), Some("Ada"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn prepare_insert(&self, key: &K) -> PendingInsert {
+        let forget = Forget {
+            inner: Arc::clone(&self.inner),
+            key: key.clone(),
+        };
+        PendingInsert::new(&self.inner.filter, key, Some(Box::new(forget)))
     }
 
     /// Counters since the cache was built.
@@ -377,5 +395,25 @@ where
     /// Loads in flight right now (one per key): 0 when idle, whatever happened before.
     pub fn loads_in_flight(&self) -> usize {
         self.inner.flights.len()
+    }
+}
+
+/// The cache's part of a [`PendingInsert`]: the epoch bump and the invalidation of one key.
+struct Forget<K, V> {
+    inner: Arc<Inner<K, V>>,
+    key: K,
+}
+
+impl<K, V> AfterCommit for Forget<K, V>
+where
+    K: Key + Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    fn fence(&self) {
+        self.inner.invalidations.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn forget(&self) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(self.inner.cache.invalidate(&self.key))
     }
 }

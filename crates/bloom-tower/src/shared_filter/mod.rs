@@ -60,13 +60,16 @@
 //! in between.
 
 mod external;
+mod pending;
 mod rebuild;
 mod saturation;
 mod snapshot;
+mod start;
 
 use std::borrow::Cow;
 use std::fmt;
 use std::ops::Deref;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockWriteGuard};
 use std::time::Duration;
@@ -75,12 +78,16 @@ use arc_swap::{ArcSwap, ArcSwapOption};
 use bloom_core::{AnyFilter, BloomFilter, BuildError, Key, ScalableBloomFilter};
 use tokio::sync::{Notify, watch};
 
+use crate::key_source::Watermark;
 use crate::stats::{FilterCounters, FilterStats};
 
 pub use external::{AlreadyBuilding, Building, InsertHook};
-pub use rebuild::{RebuildTask, ReloadError, ReloadErrorKind, Reloaded};
+pub(crate) use pending::AfterCommit;
+pub use pending::PendingInsert;
+pub use rebuild::{BackgroundTask, ReloadError, ReloadErrorKind, Reloaded};
 pub use saturation::SaturationReport;
 pub use snapshot::SnapshotError;
+pub use start::Started;
 
 /// False-positive rate for rebuilds when neither the builder nor the filter says one.
 const DEFAULT_FPR: f64 = 0.01;
@@ -113,9 +120,18 @@ const DEFAULT_FPR: f64 = 0.01;
 /// ```
 ///
 /// A transaction that is still open when a rebuild reads its source is not in that
-/// snapshot; if rebuilds run while writes are in flight, call `insert` again after the commit
-/// (inserting is idempotent and costs a lookup's time), and that second insert reaches the
-/// new filter through the double write.
+/// snapshot: create records through [`prepare_insert`](Self::prepare_insert), whose
+/// [`PendingInsert`] writes the key into any filter a rebuild published meanwhile once the
+/// write is committed, even if the request is cancelled after the commit.
+///
+/// # What a restart guarantees
+///
+/// Start with [`SharedFilterBuilder::start`]: a snapshot is used only if it was made for this
+/// filter (name, kind, layout, hash key), and only after the keys the source added since the
+/// snapshot's watermark are read in. A snapshot that cannot be caught up serves *verifying*
+/// (every would-be rejection is let through and counted in
+/// [`FilterStats::unverified_passes`]) until a full rebuild swaps in;
+/// [`rebuild_every`](Self::rebuild_every) starts that rebuild at once.
 #[derive(Clone)]
 pub struct SharedFilter {
     shared: Arc<Shared>,
@@ -147,6 +163,9 @@ struct Shared {
     closed: watch::Sender<()>,
     counters: FilterCounters,
     last_rebuild: Mutex<Option<(u64, Duration)>>,
+    /// Where snapshots go: after every rebuild, by [`SharedFilter::save_every`] and
+    /// [`SharedFilter::save_snapshot`].
+    snapshot: Option<PathBuf>,
 }
 
 /// One filter and what is known about its fill.
@@ -158,6 +177,12 @@ struct Generation {
     items: AtomicU64,
     /// Set once this generation's saturation has been reported.
     saturation_reported: AtomicBool,
+    /// Loaded from a snapshot that could not be caught up with its source: it may miss keys,
+    /// so a "definitely absent" from it is let through (see [`SharedFilter::contains`]).
+    verifying: bool,
+    /// The source position up to which every key is in this filter, if the source can say:
+    /// what a snapshot of it records. Set by the rebuild that filled it, moved by catch-ups.
+    watermark: Mutex<Option<Watermark>>,
 }
 
 impl Generation {
@@ -167,14 +192,40 @@ impl Generation {
             number,
             items: AtomicU64::new(0),
             saturation_reported: AtomicBool::new(false),
+            verifying: false,
+            watermark: Mutex::new(None),
         }
+    }
+
+    fn watermark(&self) -> Option<Watermark> {
+        self.watermark
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set_watermark(&self, watermark: Option<Watermark>) {
+        *self
+            .watermark
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = watermark;
+    }
+
+    /// A filter read from a snapshot: counted, and verifying or complete up to `watermark`.
+    fn loaded(filter: AnyFilter, verifying: bool, watermark: Option<Watermark>) -> Self {
+        let mut generation = Self::counted(filter);
+        generation.verifying = verifying;
+        generation.set_watermark(watermark);
+        generation
     }
 
     /// A filter that may already hold keys: estimate how many from its bits (one scan).
     fn counted(filter: AnyFilter) -> Self {
         let estimate = filter.estimated_items();
         let generation = Self::empty(filter, 0);
-        // `as` saturates: an all-ones filter (infinite estimate) counts as u64::MAX keys.
+        // An all-ones filter's estimate is infinite: count it as one key per bit (no filter
+        // holds more distinct keys than bits), which also leaves room for the counter to grow.
+        let estimate = estimate.min(generation.filter.num_bits() as f64);
         generation.items.store(estimate.round() as u64, Relaxed);
         generation
     }
@@ -211,9 +262,20 @@ impl SharedFilter {
     }
 
     /// `false`: `key` was definitely never inserted. `true`: it probably was. Lock-free.
+    ///
+    /// While the serving filter is *verifying* (a snapshot that could not be caught up with its
+    /// source, see [`SharedFilterBuilder::start`]) it answers `true` for every key, and counts
+    /// in [`FilterStats::unverified_passes`] the keys it would have rejected.
     #[inline]
     pub fn contains<K: Key + ?Sized>(&self, key: &K) -> bool {
-        self.shared.current.load().filter.contains(key)
+        let current = self.shared.current.load();
+        current.filter.contains(key) || (current.verifying && self.shared.let_through())
+    }
+
+    /// Whether the serving filter is a snapshot still waiting for a full rebuild (and so
+    /// lets every key through); see [`contains`](Self::contains).
+    pub fn is_verifying(&self) -> bool {
+        self.shared.current.load().verifying
     }
 
     /// Adds `key`, to the serving filter and, while a rebuild runs, to the one it is building.
@@ -367,6 +429,8 @@ impl SharedFilter {
                 .unwrap_or_else(PoisonError::into_inner),
             saturation_warnings: shared.counters.saturation_warnings.load(Relaxed),
             rebuilding,
+            verifying: current.verifying,
+            unverified_passes: shared.counters.unverified_passes.load(Relaxed),
         }
     }
 
@@ -444,6 +508,13 @@ impl fmt::Debug for CurrentFilter {
 }
 
 impl Shared {
+    /// A would-be rejection by a verifying filter: counted, and let through.
+    #[cold]
+    fn let_through(&self) -> bool {
+        self.counters.unverified_pass(&self.name);
+        true
+    }
+
     /// A new, empty generation, numbered after every earlier one.
     fn next_generation(&self, filter: AnyFilter) -> Generation {
         Generation::empty(filter, self.generations.fetch_add(1, Relaxed) + 1)
@@ -529,6 +600,8 @@ pub struct SharedFilterBuilder {
     fpr: Option<f64>,
     auto_grow: bool,
     rotate_seed: bool,
+    snapshot: Option<PathBuf>,
+    hash_key: Option<u128>,
 }
 
 impl SharedFilterBuilder {
@@ -555,6 +628,13 @@ impl SharedFilterBuilder {
     /// When the filter saturates, double the capacity for the next rebuild and wake the
     /// [`rebuild_every`](SharedFilter::rebuild_every) task to run it now. Off by default:
     /// saturation is then only reported.
+    ///
+    /// The next capacity is twice the larger of the saturated filter's capacity (for one sized
+    /// by bits, the keys its bits hold at the rebuild rate) and its key count, at most 2³²
+    /// keys (a larger configured capacity is kept, never raised further). A key count its bits
+    /// cannot vouch for is ignored: an all-ones filter estimates +∞ keys, so growing from it
+    /// just doubles the capacity (and doubles again if the rebuilt filter saturates too), and
+    /// never asks for an unbuildable size that would fail every later rebuild.
     pub fn auto_grow(mut self, on: bool) -> Self {
         self.auto_grow = on;
         self
@@ -568,17 +648,38 @@ impl SharedFilterBuilder {
         self
     }
 
+    /// Where this filter's snapshot lives: [`start`](Self::start) loads it, every rebuild and
+    /// [`SharedFilter::save_every`] / [`SharedFilter::save_snapshot`] write it (atomically).
+    /// The file holds the secret hash key: keep it private.
+    pub fn snapshot(mut self, path: impl Into<PathBuf>) -> Self {
+        self.snapshot = Some(path.into());
+        self
+    }
+
+    /// The hash key a snapshot must have been made with to be loaded by
+    /// [`start`](Self::start): set it when the key is configured (shared between instances,
+    /// or rotated on purpose). Without it a snapshot's own key is kept, which is what a filter
+    /// with a random key needs across restarts.
+    pub fn require_hash_key(mut self, seed: u128) -> Self {
+        self.hash_key = Some(seed);
+        self
+    }
+
     /// Shares `filter` (any kind: see [`SharedFilter::new`]). Its bits are scanned once to
     /// estimate how many keys it holds.
     pub fn build(self, filter: impl Into<AnyFilter>) -> SharedFilter {
-        let filter = filter.into();
+        self.build_generation(Generation::counted(filter.into()))
+    }
+
+    fn build_generation(self, generation: Generation) -> SharedFilter {
+        let filter = &generation.filter;
         let capacity = self.capacity.or(filter.capacity()).unwrap_or(0);
         let fpr = self.fpr.or(filter.target_fpr()).unwrap_or(DEFAULT_FPR);
         let (closed, _) = watch::channel(());
         SharedFilter {
             shared: Arc::new(Shared {
                 name: self.name.unwrap_or(Cow::Borrowed("default")),
-                current: ArcSwap::from_pointee(Generation::counted(filter)),
+                current: ArcSwap::from_pointee(generation),
                 building: RwLock::new(None),
                 rebuild: Arc::new(tokio::sync::Mutex::new(rebuild::Slot::default())),
                 hook: ArcSwapOption::empty(),
@@ -591,6 +692,7 @@ impl SharedFilterBuilder {
                 closed,
                 counters: FilterCounters::default(),
                 last_rebuild: Mutex::new(None),
+                snapshot: self.snapshot,
             }),
         }
     }

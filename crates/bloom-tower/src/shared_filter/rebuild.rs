@@ -16,7 +16,7 @@ use crate::stats::RebuildOutcome;
 
 /// Keys streamed between two yields to the scheduler: an in-memory source is always ready,
 /// and a rebuild of millions of keys must not hold a worker thread for its whole length.
-const YIELD_EVERY: u64 = 4096;
+pub(super) const YIELD_EVERY: u64 = 4096;
 
 /// How the last rebuild ended; read by callers that waited for it.
 #[derive(Default)]
@@ -215,6 +215,21 @@ impl SharedFilter {
         // out inserts that started before, so each of them returns before `keys()` is called.
         *shared.write_building() = Some(Arc::clone(&next));
 
+        // Before `keys()`: whatever the source adds after this is in `keys_since(watermark)`,
+        // whatever it added before is in `keys()`, so a snapshot of `next` labelled with it
+        // can be caught up after a restart.
+        let watermark = match source.watermark().await {
+            Ok(watermark) => watermark,
+            Err(error) => {
+                let error = ReloadError(Repr::Source {
+                    keys: 0,
+                    source: error.into(),
+                });
+                run.finished = Finished::Failed(Chain(&error).to_string().into());
+                return Err(error);
+            }
+        };
+
         let mut keys = pin!(source.keys());
         let mut read = 0u64;
         loop {
@@ -242,13 +257,19 @@ impl SharedFilter {
 
         // Swap, under the write lock: no insert is between writing the old filter and
         // reading `building` while this happens.
-        {
+        next.set_watermark(watermark);
+        let replaced = {
             let mut building = shared.write_building();
-            shared.current.store(Arc::clone(&next));
+            let replaced = shared.current.swap(Arc::clone(&next));
             *building = None;
-        }
+            replaced
+        };
         run.finished = Finished::Rebuilt { keys: read };
         drop(run);
+        if replaced.verifying {
+            shared.counters.verifying(&shared.name, false);
+            tracing::info!(filter = %shared.name, keys = read, "rebuilt the filter; it rejects absent keys again");
+        }
 
         let elapsed = started.elapsed();
         *shared
@@ -262,23 +283,29 @@ impl SharedFilter {
         if next.is_over_capacity(items) {
             shared.report_saturation(&next, items as f64, None);
         }
+        // A fresh snapshot after every rebuild: a restart catches up from here.
+        self.save_logged().await;
         Ok(Reloaded::Rebuilt { keys: read })
     }
 
     /// Rebuilds from `source` every `interval` (the first time one `interval` from now),
-    /// in a Tokio task, until [`RebuildTask::shutdown`] or until every handle to this filter
+    /// in a Tokio task, until [`BackgroundTask::shutdown`] or until every handle to this filter
     /// (every clone, every guard holding one) is dropped. A failed rebuild is logged with
     /// `tracing` at `warn` and the old filter keeps serving; the next one runs on schedule.
     /// With [`auto_grow`](crate::SharedFilterBuilder::auto_grow), saturation triggers a rebuild
     /// at once.
     ///
+    /// While the filter is [verifying](Self::is_verifying) (a snapshot that could not be
+    /// caught up), the first rebuild runs at once and a failed one is retried after 1 s,
+    /// then 2 s, 4 s, … up to 30 s (or `interval`, if shorter), until one swaps in.
+    ///
     /// The task holds no strong reference between rebuilds. Dropping the returned
-    /// [`RebuildTask`] detaches it (it keeps running).
+    /// [`BackgroundTask`] detaches it (it keeps running).
     ///
     /// # Panics
     ///
     /// Outside a Tokio runtime, like [`tokio::spawn`].
-    pub fn rebuild_every<S>(&self, interval: Duration, source: S) -> RebuildTask
+    pub fn rebuild_every<S>(&self, interval: Duration, source: S) -> BackgroundTask
     where
         S: KeySource + Send + Sync + 'static,
     {
@@ -287,44 +314,68 @@ impl SharedFilter {
         let grow = Arc::clone(&self.shared.grow);
         let stop = Arc::new(Notify::new());
         let stopped = Arc::clone(&stop);
+        let mut retry = VERIFYING_RETRY_FIRST;
+        let mut delay = if self.is_verifying() {
+            Duration::ZERO
+        } else {
+            interval
+        };
         let task = tokio::spawn(async move {
             loop {
                 tokio::select! {
                     () = stopped.notified() => return,
                     // Only ever resolves with an error: when the last handle is dropped.
                     _ = closed.changed() => return,
-                    () = tokio::time::sleep(interval) => {}
+                    () = tokio::time::sleep(delay) => {}
                     () = grow.notified() => {}
                 }
                 let Some(shared) = filter.upgrade() else {
                     return;
                 };
                 let filter = SharedFilter { shared };
-                tokio::select! {
+                let result = tokio::select! {
                     () = stopped.notified() => return,
-                    result = filter.reload_from(&source) => if let Err(error) = result {
-                        tracing::warn!(
-                            filter = %filter.name(),
-                            error = %Chain(&error),
-                            "scheduled rebuild failed; the previous filter keeps serving",
-                        );
-                    },
+                    result = filter.reload_from(&source) => result,
+                };
+                delay = interval;
+                if let Err(error) = result {
+                    // A verifying filter lets every key through: get out of that state soon.
+                    if filter.is_verifying() {
+                        delay = retry.min(interval);
+                        retry = (retry * 2).min(VERIFYING_RETRY_MAX);
+                    }
+                    tracing::warn!(
+                        filter = %filter.name(),
+                        error = %Chain(&error),
+                        next_attempt_in = ?delay,
+                        "scheduled rebuild failed; the previous filter keeps serving",
+                    );
                 }
             }
         });
-        RebuildTask { stop, task }
+        BackgroundTask { stop, task }
     }
 }
 
-/// The background task started by [`SharedFilter::rebuild_every`].
+/// The first retry of a failed rebuild while verifying; doubled up to [`VERIFYING_RETRY_MAX`].
+const VERIFYING_RETRY_FIRST: Duration = Duration::from_secs(1);
+const VERIFYING_RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// A background task of a [`SharedFilter`]: scheduled rebuilds
+/// ([`rebuild_every`](SharedFilter::rebuild_every)) or snapshots
+/// ([`save_every`](SharedFilter::save_every)).
 #[derive(Debug)]
-#[must_use = "dropping a RebuildTask detaches it; keep it to shut the task down"]
-pub struct RebuildTask {
+#[must_use = "dropping a BackgroundTask detaches it; keep it to shut the task down"]
+pub struct BackgroundTask {
     stop: Arc<Notify>,
     task: JoinHandle<()>,
 }
 
-impl RebuildTask {
+impl BackgroundTask {
+    pub(super) fn new(stop: Arc<Notify>, task: JoinHandle<()>) -> Self {
+        Self { stop, task }
+    }
+
     /// Stops the task and waits for it to end. A rebuild in progress is dropped, which leaves
     /// the current filter serving.
     pub async fn shutdown(self) {

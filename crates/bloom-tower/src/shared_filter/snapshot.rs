@@ -1,17 +1,23 @@
-//! Snapshots on disk, in the bloom-core file format, for a fast restart.
+//! Snapshots on disk, for a fast restart: the filter in the bloom-core format behind a label
+//! ([`bloom_core::SnapshotLabel`]) with the filter's name and the source watermark it is
+//! complete up to, so that [`start`](super::SharedFilterBuilder::start) can catch it up.
 //!
 //! A save never leaves a half-written file under the snapshot's name: it writes a temporary
-//! file in the same directory, fsyncs it, renames it over the target (atomic on POSIX), then
-//! fsyncs the directory so the rename itself survives a crash.
+//! file in the same directory (created `0600` under an unpredictable name by `tempfile`, since
+//! the file holds the secret hash key), fsyncs it, renames it over the target (atomic on
+//! POSIX), then fsyncs the directory so the rename itself survives a crash.
 
-use std::fs::{self, File};
+use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
 
-use bloom_core::{AnyFilter, DecodeError};
+use bloom_core::{DecodeError, Snapshot, SnapshotLabel};
+use tokio::sync::Notify;
 
-use super::{SharedFilter, SharedFilterBuilder};
+use super::rebuild::{BackgroundTask, Chain};
+use super::{Generation, SharedFilter, SharedFilterBuilder};
 
 /// Why a snapshot could not be saved or loaded.
 #[derive(Debug, thiserror::Error)]
@@ -41,67 +47,148 @@ enum Repr {
         #[source]
         source: DecodeError,
     },
+    #[error("the filter {name:?} has no snapshot path (set SharedFilterBuilder::snapshot)")]
+    NoPath { name: String },
 }
 
 impl SnapshotError {
-    /// Whether the file was read but is not a valid filter (bad magic, truncated, checksum
+    /// Whether the file was read but is not a valid snapshot (bad magic, truncated, checksum
     /// mismatch, …): rebuild from the source instead.
     pub fn is_corrupt(&self) -> bool {
         matches!(self.0, Repr::Corrupt { .. })
     }
 
-    /// The snapshot's path.
+    /// The snapshot's path (empty if none was configured).
     pub fn path(&self) -> &Path {
         match &self.0 {
             Repr::Save { path, .. } | Repr::Read { path, .. } | Repr::Corrupt { path, .. } => path,
+            Repr::NoPath { .. } => Path::new(""),
         }
     }
 }
 
 impl SharedFilter {
     /// Writes the serving filter to `path` atomically (temporary file, fsync, rename, fsync of
-    /// the directory), on Tokio's blocking pool. The file holds the secret hash key: keep it
-    /// private.
+    /// the directory), on Tokio's blocking pool, labelled with this filter's name and the
+    /// source watermark it is complete up to. The file holds the secret hash key: it is
+    /// created readable by its owner only.
     pub async fn save(&self, path: impl AsRef<Path>) -> Result<(), SnapshotError> {
         let path = path.as_ref().to_owned();
         let current = self.shared.current.load_full();
+        let mut label = SnapshotLabel::new(self.name());
+        // Even a verifying filter's watermark is true of it (the one of the snapshot it was
+        // loaded from: it has only gained keys since), so the next start can catch it up.
+        label.watermark = current.watermark().map(|w| w.as_bytes().to_vec());
         let target = path.clone();
         let result =
-            tokio::task::spawn_blocking(move || write_atomically(&target, &current.filter))
+            tokio::task::spawn_blocking(move || write_atomically(&target, &label, &current))
                 .await
                 .unwrap_or_else(|join| Err(io::Error::other(join)));
         result.map_err(|source| SnapshotError(Repr::Save { path, source }))
     }
 
+    /// [`save`](Self::save)s to the path set with [`SharedFilterBuilder::snapshot`].
+    pub async fn save_snapshot(&self) -> Result<(), SnapshotError> {
+        match &self.shared.snapshot {
+            Some(path) => self.save(path).await,
+            None => Err(SnapshotError(Repr::NoPath {
+                name: self.name().to_owned(),
+            })),
+        }
+    }
+
+    /// Saves the snapshot (to the path set with [`SharedFilterBuilder::snapshot`]) every
+    /// `interval`, in a Tokio task, so that a crash loses at most `interval` of inserts to
+    /// the snapshot (a restart catches them up from the source anyway, if it can). Failures
+    /// are logged at `warn`. Stops like [`rebuild_every`](Self::rebuild_every)'s task.
+    ///
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime, like [`tokio::spawn`].
+    pub fn save_every(&self, interval: Duration) -> BackgroundTask {
+        let filter = Arc::downgrade(&self.shared);
+        let mut closed = self.shared.closed.subscribe();
+        let stop = Arc::new(Notify::new());
+        let stopped = Arc::clone(&stop);
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = stopped.notified() => return,
+                    _ = closed.changed() => return,
+                    () = tokio::time::sleep(interval) => {}
+                }
+                let Some(shared) = filter.upgrade() else {
+                    return;
+                };
+                SharedFilter { shared }.save_logged().await;
+            }
+        });
+        BackgroundTask::new(stop, task)
+    }
+
+    /// Saves to the configured path, if any, logging the outcome (after rebuilds, on a
+    /// schedule).
+    pub(super) async fn save_logged(&self) {
+        if self.shared.snapshot.is_none() {
+            return;
+        }
+        match self.save_snapshot().await {
+            Ok(()) => tracing::debug!(filter = %self.name(), "saved the filter snapshot"),
+            Err(error) => tracing::warn!(
+                filter = %self.name(),
+                error = %Chain(&error),
+                "could not save the filter snapshot; the previous one stays",
+            ),
+        }
+    }
+
     /// Loads a snapshot written by [`save`](Self::save), with the default settings (use
     /// [`SharedFilterBuilder::load`] for others). A corrupt file is an error for which
     /// [`SnapshotError::is_corrupt`] is true.
+    ///
+    /// The loaded filter serves *verifying* (see [`contains`](Self::contains)) until a
+    /// rebuild: it cannot know what was created since it was saved. To serve a snapshot with
+    /// no such pause, start with [`SharedFilterBuilder::start`], which catches it up.
     pub async fn load(path: impl AsRef<Path>) -> Result<SharedFilter, SnapshotError> {
         Self::builder().load(path).await
     }
 }
 
 impl SharedFilterBuilder {
-    /// Loads a snapshot written by [`SharedFilter::save`] (of any filter kind) and shares it
-    /// with these settings.
+    /// Loads a snapshot written by [`SharedFilter::save`] (or a bare filter file, of any
+    /// kind) and shares it with these settings, *verifying* until its first rebuild (see
+    /// [`SharedFilter::load`]).
     pub async fn load(self, path: impl AsRef<Path>) -> Result<SharedFilter, SnapshotError> {
-        let path = path.as_ref().to_owned();
-        let source = path.clone();
-        let read = tokio::task::spawn_blocking(move || {
-            let file = File::open(&source).map_err(DecodeError::Io)?;
-            AnyFilter::read_from(&mut BufReader::new(file))
-        })
-        .await
-        .unwrap_or_else(|join| Err(DecodeError::Io(io::Error::other(join))));
-        match read {
-            Ok(filter) => Ok(self.build(filter)),
-            Err(DecodeError::Io(source)) => Err(SnapshotError(Repr::Read { path, source })),
-            Err(source) => Err(SnapshotError(Repr::Corrupt { path, source })),
-        }
+        let snapshot = read(path.as_ref()).await?;
+        let watermark = snapshot
+            .label
+            .and_then(|label| label.watermark)
+            .map(crate::key_source::Watermark::new);
+        let generation = Generation::loaded(snapshot.filter, true, watermark);
+        let filter = self.build_generation(generation);
+        filter.shared.counters.verifying(filter.name(), true);
+        Ok(filter)
     }
 }
 
-fn write_atomically(path: &Path, filter: &AnyFilter) -> io::Result<()> {
+/// Reads a snapshot file on the blocking pool.
+pub(super) async fn read(path: &Path) -> Result<Snapshot, SnapshotError> {
+    let path = path.to_owned();
+    let source = path.clone();
+    let read = tokio::task::spawn_blocking(move || {
+        let file = File::open(&source).map_err(DecodeError::Io)?;
+        Snapshot::read_from(&mut BufReader::new(file))
+    })
+    .await
+    .unwrap_or_else(|join| Err(DecodeError::Io(io::Error::other(join))));
+    match read {
+        Ok(snapshot) => Ok(snapshot),
+        Err(DecodeError::Io(source)) => Err(SnapshotError(Repr::Read { path, source })),
+        Err(source) => Err(SnapshotError(Repr::Corrupt { path, source })),
+    }
+}
+
+fn write_atomically(path: &Path, label: &SnapshotLabel, generation: &Generation) -> io::Result<()> {
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
@@ -109,35 +196,22 @@ fn write_atomically(path: &Path, filter: &AnyFilter) -> io::Result<()> {
     let name = path
         .file_name()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "the path names no file"))?;
-    let temp = dir.join(temp_name(name));
-    let written = write_file(&temp, filter).and_then(|()| fs::rename(&temp, path));
-    if let Err(error) = written {
-        // Best effort: the temporary file is garbage whatever went wrong.
-        let _ = fs::remove_file(&temp);
-        return Err(error);
-    }
-    sync_dir(dir)
-}
-
-fn write_file(temp: &Path, filter: &AnyFilter) -> io::Result<()> {
-    let mut out = BufWriter::new(File::create(temp)?);
-    filter.write_to(&mut out)?;
+    let mut prefix = std::ffi::OsString::from(".");
+    prefix.push(name);
+    prefix.push(".");
+    // Mode 0600 and a random name (no other user can read the key or pre-create the file);
+    // removed on any error before the rename.
+    let temp = tempfile::Builder::new()
+        .prefix(&prefix)
+        .suffix(".tmp")
+        .tempfile_in(dir)?;
+    let mut out = BufWriter::new(temp);
+    Snapshot::write(&mut out, label, &generation.filter)?;
     out.flush()?;
-    let file = out.into_inner().map_err(io::IntoInnerError::into_error)?;
-    file.sync_all()
-}
-
-/// A name no concurrent save (in this or another process) is using.
-fn temp_name(name: &std::ffi::OsStr) -> std::ffi::OsString {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let mut temp = std::ffi::OsString::from(".");
-    temp.push(name);
-    temp.push(format!(
-        ".{}.{}.tmp",
-        std::process::id(),
-        NEXT.fetch_add(1, Relaxed)
-    ));
-    temp
+    let temp = out.into_inner().map_err(io::IntoInnerError::into_error)?;
+    temp.as_file().sync_all()?;
+    temp.persist(path).map_err(|error| error.error)?;
+    sync_dir(dir)
 }
 
 #[cfg(unix)]
