@@ -9,13 +9,15 @@
 //! `user_service_db_queries_total{service=…}` counter of the `metrics` facade), which is how
 //! the demo and the tests see what the guard spares the database.
 
+use std::collections::BTreeSet;
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::Context as _;
 use bloom_tower::KeySource;
+use bloom_tower::key_source::Watermark;
 use futures_util::{Stream, StreamExt as _, TryStreamExt as _, stream};
 use serde::{Deserialize, Serialize};
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
@@ -62,6 +64,9 @@ struct Counters {
     queries: AtomicU64,
     misses: AtomicU64,
     next_id: AtomicU64,
+    /// Ids handed out whose `INSERT` has not finished: they hold the watermark back (see
+    /// [`UserIds`]'s `watermark`).
+    in_flight: Mutex<BTreeSet<u64>>,
     queries_metric: metrics::Counter,
     misses_metric: metrics::Counter,
 }
@@ -130,6 +135,7 @@ impl Db {
                 queries: AtomicU64::new(0),
                 misses: AtomicU64::new(0),
                 next_id: AtomicU64::new(1),
+                in_flight: Mutex::new(BTreeSet::new()),
                 queries_metric: metrics::counter!(DB_QUERIES, "service" => service.clone()),
                 misses_metric: metrics::counter!(DB_MISSES, "service" => service),
             }),
@@ -262,8 +268,45 @@ impl Db {
     /// a counter started at `MAX(id) + 1`, so the caller knows a new user's id before its row
     /// exists (and can put it in the Bloom filter first). One writing process per database
     /// is assumed; `insert_user` re-synchronises and fails on a collision with another one.
-    pub fn allocate_id(&self) -> u64 {
-        self.counters.next_id.fetch_add(1, Relaxed)
+    ///
+    /// Keep the returned value until the `INSERT` has returned: while it lives, the id holds
+    /// the filter's watermark back, so a snapshot never claims to be complete past a row that
+    /// may still commit.
+    pub fn allocate_id(&self) -> AllocatedId {
+        // Allocation and registration under one lock: a watermark read in between must not
+        // see a larger id committed while this one is neither committed nor registered.
+        let mut in_flight = self
+            .counters
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let id = self.counters.next_id.fetch_add(1, Relaxed);
+        in_flight.insert(id);
+        AllocatedId {
+            id,
+            counters: Arc::clone(&self.counters),
+        }
+    }
+
+    /// The highest id every row at or below which is committed (as far as this process
+    /// knows): `MAX(id)`, held below any id still being inserted. Read *after* `MAX(id)`, so
+    /// an insert that commits in between is either below the result or was committed before
+    /// this returns.
+    async fn watermark(&self) -> Result<u64, sqlx::Error> {
+        self.count_query();
+        let max: Option<i64> = sqlx::query_scalar("SELECT MAX(id) FROM users")
+            .fetch_one(&self.pool)
+            .await?;
+        let max = max.map_or(0, |max| max as u64);
+        let in_flight = self
+            .counters
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        Ok(match in_flight.first() {
+            Some(&lowest) => max.min(lowest - 1),
+            None => max,
+        })
     }
 
     /// Inserts a user with an id from [`allocate_id`](Self::allocate_id) (auto-commit: the row
@@ -326,11 +369,46 @@ impl Db {
     }
 }
 
+/// An id from [`Db::allocate_id`]; until it is dropped, it holds the watermark below it.
+pub struct AllocatedId {
+    id: u64,
+    counters: Arc<Counters>,
+}
+
+impl AllocatedId {
+    /// The id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+impl std::fmt::Debug for AllocatedId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("AllocatedId").field(&self.id).finish()
+    }
+}
+
+impl Drop for AllocatedId {
+    fn drop(&mut self) {
+        self.counters
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.id);
+    }
+}
+
 /// Every user id, streamed from `SELECT id FROM users` (rows are decoded as they arrive; the
 /// ids are never collected into a `Vec`). Works on SQLite and PostgreSQL alike.
 ///
 /// The query runs inside [`KeySource::keys`], so a rebuild sees every user whose id was
 /// inserted into the filter before it started, as [`bloom_tower::key_source`] requires.
+///
+/// Its watermark is the highest id below which every row is committed, and
+/// `keys_since(w)` is `SELECT id FROM users WHERE id > w`: a restart from a snapshot reads
+/// only the users created since (by this service before it was killed, or by any other
+/// writer while it was down), provided other writers also give new rows ids above every
+/// committed one (a sequence, or `MAX(id) + 1`), as this service does.
 #[derive(Clone, Debug)]
 pub struct UserIds {
     db: Db,
@@ -365,6 +443,28 @@ impl KeySource for UserIds {
 
     fn count_hint(&self) -> Option<u64> {
         Some(self.count.load(Relaxed))
+    }
+
+    async fn watermark(&self) -> Result<Option<Watermark>, sqlx::Error> {
+        Ok(Some(Watermark::from(self.db.watermark().await?)))
+    }
+
+    fn keys_since<'a>(
+        &'a self,
+        since: &'a Watermark,
+    ) -> impl Stream<Item = Result<impl bloom_tower::Key + Send + 'a, sqlx::Error>> + Send + 'a
+    {
+        self.db.count_query();
+        // A watermark this source did not write (not 8 bytes) reads everything: slower, never
+        // wrong.
+        let since = since
+            .to_u64()
+            .and_then(|since| i64::try_from(since).ok())
+            .unwrap_or(-1);
+        sqlx::query_scalar::<_, i64>("SELECT id FROM users WHERE id > $1")
+            .bind(since)
+            .fetch(&self.db.pool)
+            .map_ok(|id| id as u64)
     }
 }
 

@@ -9,9 +9,10 @@
 //! curl localhost:3000/metrics
 //! ```
 //!
-//! An empty database gets 10,000 users first (`--seed` to choose). Ctrl-C stops it
-//! gracefully and saves the filter snapshot (`./data/users.bloom`), which the next start
-//! loads instead of reading every id from the database.
+//! An empty database gets 10,000 users first (`--seed` to choose). Ctrl-C or SIGTERM stops
+//! it gracefully and saves the filter snapshot (`./data/users.bloom`; it is also saved after
+//! every rebuild and every `--snapshot-secs`). The next start loads the snapshot and reads
+//! only the users created since it was saved, instead of every id, before it listens.
 #![forbid(unsafe_code)]
 
 use anyhow::Context as _;
@@ -61,9 +62,28 @@ async fn main() -> anyhow::Result<()> {
         users = app.db().count_users().await?,
         "listening; ctrl-c to stop"
     );
-    app.serve(listener, async {
-        let _ = tokio::signal::ctrl_c().await;
-        tracing::info!("shutting down");
-    })
-    .await
+    app.serve(listener, shutdown_signal()).await
+}
+
+/// Ctrl-C (SIGINT) or SIGTERM, what containers, systemd and Kubernetes send: either one stops
+/// accepting, finishes the requests in flight and saves the filter snapshot.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM; only Ctrl-C stops gracefully");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => tracing::info!("Ctrl-C: shutting down"),
+        () = terminate => tracing::info!("SIGTERM: shutting down"),
+    }
 }

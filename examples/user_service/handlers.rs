@@ -71,14 +71,18 @@ pub(super) async fn get_user(State(app): State<App>, Path(id): Path<u64>) -> Res
 /// `POST /users` `{"name", "email"}` → `201 Created` with the user.
 ///
 /// The order is what keeps the guard from ever rejecting a user that exists:
-/// 1. allocate the id (so it is known before the row exists);
-/// 2. insert it into the Bloom filter, **before** the row becomes visible: from the moment
-///    any reader can find the row, the guard lets its id through;
+/// 1. allocate the id (so it is known before the row exists; until the `INSERT` returns it
+///    holds the snapshot watermark below it);
+/// 2. `prepare_insert`: the id goes into the Bloom filter **before** the row becomes
+///    visible, so from the moment any reader can find the row, the guard lets it through;
 /// 3. `INSERT` the row (auto-commit: visible to every reader once it returns);
-/// 4. `insert_after_commit`: insert into any filter a rebuild published since step 2 (its
+/// 4. `committed`: the id goes into any filter a rebuild published since step 2 (its
 ///    `SELECT id` may have run before the row was visible; with no rebuild in between it
-///    writes nothing, so a counting filter counts the id once), and drop any "not found" a
-///    lookup cached between 2 and 3, so the very next `GET` finds the user.
+///    writes nothing, so a counting filter counts the id once), and any "not found" a lookup
+///    cached between 2 and 3 is dropped, so the very next `GET` finds the user.
+///
+/// If the client goes away after step 3, this future is dropped: the `PendingInsert` then
+/// does step 4 in its `Drop`, so a cancelled create never leaves a user the guard rejects.
 pub(super) async fn create_user(State(app): State<App>, Json(new): Json<NewUser>) -> Response {
     let (name, email) = (new.name.trim(), new.email.trim());
     if name.is_empty() || !email.contains('@') {
@@ -88,26 +92,15 @@ pub(super) async fn create_user(State(app): State<App>, Json(new): Json<NewUser>
         )
             .into_response();
     }
-    let db = app.db();
-    let id = db.allocate_id();
-    let inserted = app.filter().map(|filter| filter.insert(&id));
-    let user = match db.insert_user(id, name, email).await {
-        Ok(user) => user,
-        // The id stays in the filter: a harmless false positive until the next rebuild.
-        Err(error) => return internal(format!("{error:#}")),
-    };
-    if let (Some(filter), Some(inserted)) = (app.filter(), inserted) {
-        filter.insert_after_commit(&id, inserted);
+    match app.create_user(name, email).await {
+        Ok(user) => (
+            StatusCode::CREATED,
+            [(header::LOCATION, format!("/users/{}", user.id))],
+            Json(user),
+        )
+            .into_response(),
+        Err(error) => internal(format!("{error:#}")),
     }
-    if let Some(cache) = app.cache() {
-        cache.invalidate(&id).await;
-    }
-    (
-        StatusCode::CREATED,
-        [(header::LOCATION, format!("/users/{id}"))],
-        Json(user),
-    )
-        .into_response()
 }
 
 /// `DELETE /users/{id}` → `204`, or `404`.
@@ -161,10 +154,14 @@ pub(super) async fn metrics(State(app): State<App>) -> Response {
         .into_response()
 }
 
-/// `GET /health`: `ok` when the database answers.
+/// `GET /health`: `ok` when the database answers, else `503` with a fixed message (the
+/// error itself, which may name hosts, users or paths, goes to the log only).
 pub(super) async fn health(State(app): State<App>) -> Response {
     match app.db().ping().await {
         Ok(()) => "ok".into_response(),
-        Err(error) => (StatusCode::SERVICE_UNAVAILABLE, error.to_string()).into_response(),
+        Err(error) => {
+            tracing::warn!(%error, "health check: the database does not answer");
+            (StatusCode::SERVICE_UNAVAILABLE, "database unavailable").into_response()
+        }
     }
 }

@@ -9,10 +9,21 @@
 //! | `GET /health` | `ok` when the database answers |
 //!
 //! Start it with [`App::new`] and [`App::serve`] (or [`spawn`] for a service on
-//! `127.0.0.1:0` you can stop, as the demo and the tests do). The filter comes from the
-//! snapshot `users.bloom` in the data directory if there is one, else from the database
-//! (streamed by [`UserIds`](crate::db::UserIds)); it is rebuilt every
-//! [`Config::rebuild_every`] and saved to the snapshot on graceful shutdown.
+//! `127.0.0.1:0` you can stop, as the demo and the tests do).
+//!
+//! # What a restart guarantees
+//!
+//! Every user that exists when the service starts listening is let through by the guard,
+//! whether the last stop was graceful (Ctrl-C, SIGTERM), a crash or `kill -9`, and whatever
+//! other writers added while it was down. The filter comes from the snapshot `users.bloom`
+//! in the data directory when the snapshot was made for this filter (name, kind, and the
+//! `--filter-seed` if one is set), after the users created since its watermark (the highest
+//! committed id when it was made) are read in with `SELECT id FROM users WHERE id > $1`;
+//! otherwise it is built from the whole table (streamed by [`UserIds`](crate::db::UserIds))
+//! before the service listens. If that catch-up query fails, the snapshot serves verifying
+//! (no id is rejected) while a full rebuild is retried. The snapshot is rewritten after every
+//! rebuild (every [`Config::rebuild_every`]), every [`Config::snapshot_every`], and on
+//! graceful shutdown.
 //!
 //! With [`Config::no_guard`] the same routes run with no filter and no cache: every
 //! `GET /users/{id}` is a database query (the demo's baseline).
@@ -32,7 +43,9 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use bloom_core::BloomFilter;
 use bloom_tower::key::{self, Parse, PathParam};
-use bloom_tower::{BloomGuard, GuardStats, GuardedCache, RebuildTask, RejectedKey, SharedFilter};
+use bloom_tower::{
+    BackgroundTask, BloomGuard, GuardStats, GuardedCache, RejectedKey, SharedFilter, Started,
+};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -56,6 +69,11 @@ pub struct Config {
     /// Rebuild the filter from the database this often, in seconds (drops deleted ids).
     #[arg(long = "rebuild-secs", value_name = "SECONDS", default_value = "600", value_parser = parse_secs)]
     pub rebuild_every: Duration,
+    /// Save the filter snapshot this often, in seconds (also after every rebuild and on
+    /// shutdown). A restart reads the users created since the snapshot from the database, so
+    /// this only bounds how much it reads.
+    #[arg(long = "snapshot-secs", value_name = "SECONDS", default_value = "60", value_parser = parse_secs)]
+    pub snapshot_every: Duration,
     /// Serve without Bloom filter and cache: every lookup queries the database.
     #[arg(long)]
     pub no_guard: bool,
@@ -115,6 +133,7 @@ impl Default for Config {
             data_dir: "data".into(),
             database_url: None,
             rebuild_every: Duration::from_secs(600),
+            snapshot_every: Duration::from_secs(60),
             no_guard: false,
             false_positive_rate: 0.01,
             cache_capacity: 100_000,
@@ -163,7 +182,8 @@ struct Guarded {
     filter: SharedFilter,
     guard: Guard,
     cache: GuardedCache<u64, User>,
-    rebuilds: Mutex<Option<RebuildTask>>,
+    /// Scheduled rebuilds and snapshots, stopped on shutdown.
+    tasks: Mutex<Vec<BackgroundTask>>,
     /// With `--redis`: the sync that shares the filter (and runs the scheduled rebuilds, one
     /// instance at a time).
     redis: Option<bloom_redis::RedisSync>,
@@ -225,19 +245,24 @@ impl App {
             None
         } else {
             let source = db.user_ids().await.context("counting the users")?;
-            let (filter, rebuilds, redis) = match (&config.redis, filter) {
+            let (filter, tasks, redis) = match (&config.redis, filter) {
                 (Some(url), _) => {
                     let (filter, sync) = join_shared_filter(&config, url, &source).await?;
                     sync.rebuild_every(config.rebuild_every, source);
-                    (filter, None, Some(sync))
+                    (filter, Vec::new(), Some(sync))
                 }
                 (None, filter) => {
                     let filter = match filter {
                         Some(filter) => filter,
-                        None => load_or_build_filter(&config, &db).await?,
+                        None => start_filter(&config, &source).await?,
                     };
-                    let rebuilds = filter.rebuild_every(config.rebuild_every, source);
-                    (filter, Some(rebuilds), None)
+                    // A verifying filter (a snapshot that could not be caught up) is rebuilt
+                    // at once by this task, and retried until it swaps in.
+                    let tasks = vec![
+                        filter.rebuild_every(config.rebuild_every, source),
+                        filter.save_every(config.snapshot_every),
+                    ];
+                    (filter, tasks, None)
                 }
             };
             let guard: Guard = BloomGuard::new(filter.clone(), key::path_param("id").parse())
@@ -254,7 +279,7 @@ impl App {
                 filter,
                 guard,
                 cache,
-                rebuilds: Mutex::new(rebuilds),
+                tasks: Mutex::new(tasks),
                 redis,
             })
         };
@@ -302,16 +327,13 @@ impl App {
         self.shutdown().await
     }
 
-    /// Stops the scheduled rebuilds and saves the filter snapshot (what [`serve`](Self::serve)
-    /// does after the last request). Idempotent.
+    /// Stops the scheduled rebuilds and snapshots and saves the filter snapshot (what
+    /// [`serve`](Self::serve) does after the last request). Idempotent.
     pub async fn shutdown(&self) -> anyhow::Result<()> {
         if let Some(guarded) = &self.inner.guarded {
-            let task = guarded
-                .rebuilds
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take();
-            if let Some(task) = task {
+            let tasks =
+                std::mem::take(&mut *guarded.tasks.lock().unwrap_or_else(PoisonError::into_inner));
+            for task in tasks {
                 task.shutdown().await;
             }
             if let Some(sync) = &guarded.redis {
@@ -326,6 +348,23 @@ impl App {
             tracing::info!(path = %path.display(), "saved the filter snapshot");
         }
         Ok(())
+    }
+
+    /// Creates a user (what `POST /users` does; see `handlers::create_user` for why in this
+    /// order). Cancellation-safe: if this future is dropped after the row is committed, the
+    /// filter and cache work still happens.
+    pub async fn create_user(&self, name: &str, email: &str) -> anyhow::Result<User> {
+        let db = self.db();
+        let id = db.allocate_id();
+        let pending = self.cache().map(|cache| cache.prepare_insert(&id.id()));
+        // On an error the id stays in the filter: a harmless false positive until the next
+        // rebuild (dropping `pending` finishes its work all the same).
+        let user = db.insert_user(id.id(), name, email).await?;
+        drop(id);
+        if let Some(pending) = pending {
+            pending.committed().await;
+        }
+        Ok(user)
     }
 
     /// The settings.
@@ -383,7 +422,6 @@ fn no_such_user(_key: RejectedKey<'_>) -> Response {
     handlers::not_found()
 }
 
-/// The filter from the snapshot if there is a valid one, else built from the database.
 /// Joins the filter shared through Redis: every instance builds the same empty filter (size,
 /// k, layout and hash key from the configuration), merges in what Redis holds, and the first
 /// one to find the shared filter empty fills it from the database.
@@ -432,54 +470,42 @@ async fn join_shared_filter(
     Ok((filter, sync))
 }
 
-async fn load_or_build_filter(config: &Config, db: &Db) -> anyhow::Result<SharedFilter> {
-    let builder = || {
-        SharedFilter::builder()
-            .name(config.name.clone())
-            .false_positive_rate(config.false_positive_rate)
-            .auto_grow(true)
-    };
-    let path = config.snapshot_path();
-    let kind = if config.counting { "counting" } else { "plain" };
-    if path.exists() {
-        match builder().load(&path).await {
-            Ok(filter) if filter.stats().kind == kind => {
-                tracing::info!(path = %path.display(), "loaded the filter snapshot");
-                return Ok(filter);
-            }
-            Ok(filter) => tracing::warn!(
-                path = %path.display(),
-                snapshot = filter.stats().kind,
-                configured = kind,
-                "the filter snapshot is of another kind; building the filter from the database"
-            ),
-            Err(error) => tracing::warn!(
-                path = %path.display(),
-                %error,
-                "cannot use the filter snapshot; building the filter from the database"
-            ),
-        }
-    }
-    let source = db.user_ids().await.context("counting the users")?;
-    // Tiny: `reload_from` sizes the filter it builds (of the same kind) for the source's
-    // count hint + 25%.
-    let p = config.false_positive_rate;
-    let mut tiny = BloomFilter::builder()
+/// The filter from its snapshot, caught up with the users created since, or built from the
+/// database; see the module docs for what that guarantees.
+async fn start_filter(
+    config: &Config,
+    source: &crate::db::UserIds,
+) -> anyhow::Result<SharedFilter> {
+    let mut builder = SharedFilter::builder()
+        .name(config.name.clone())
+        .false_positive_rate(config.false_positive_rate)
+        .auto_grow(true)
+        .snapshot(config.snapshot_path());
+    // Small: a rebuild sizes the filter it builds (of the same kind) for the source's count
+    // hint + 25%.
+    let mut initial = BloomFilter::builder()
         .expected_items(1_000)
-        .false_positive_rate(p);
+        .false_positive_rate(config.false_positive_rate);
     if let Some(seed) = config.filter_seed {
-        tiny = tiny.seed(seed);
+        initial = initial.seed(seed);
+        builder = builder.require_hash_key(seed);
     }
-    let filter = if config.counting {
-        builder().build(tiny.build_counting()?)
+    let initial: bloom_core::AnyFilter = if config.counting {
+        initial.build_counting()?.into()
     } else {
-        builder().build(tiny.build()?)
+        initial.build()?.into()
     };
-    let reloaded = filter
-        .reload_from(&source)
+    let (filter, started) = builder
+        .start(initial, source)
         .await
         .context("building the filter from the database")?;
-    tracing::info!(?reloaded, "built the filter from the database");
+    match &started {
+        Started::Verifying { reason } => tracing::warn!(
+            %reason,
+            "serving the snapshot verifying (no id is rejected) until a rebuild completes"
+        ),
+        started => tracing::info!(?started, "filter ready"),
+    }
     Ok(filter)
 }
 
