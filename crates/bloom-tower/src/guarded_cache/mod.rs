@@ -358,12 +358,15 @@ where
     }
 
     /// Inserts `key` now, before the write that creates its record becomes visible, and
-    /// returns what to call once the write is committed: [`PendingInsert::committed`] writes
-    /// `key` into every filter a rebuild published since (its source may have missed the open
-    /// transaction) and forgets any "not found" cached meanwhile, so the very next lookup finds
-    /// the record. It does so even if the request is cancelled after the commit (the
-    /// [`PendingInsert`]'s `Drop` finishes the work), and it counts the key once in a counting
-    /// filter. The same as [`SharedFilter::prepare_insert`], plus the cache invalidation.
+    /// returns a [`PendingInsert`]: call [`PendingInsert::committed`] once the write is
+    /// committed. It writes `key` into every filter a rebuild published since the insert (the
+    /// rebuild's source may have missed the open transaction; with no rebuild in between it
+    /// writes nothing, so a counting filter counts the key once), and on a
+    /// [`GuardedCache`](crate::GuardedCache) it also forgets any "not found" cached for the key
+    /// meanwhile, so the very next lookup finds the record. If the request is cancelled after
+    /// the commit, the `PendingInsert`'s `Drop` does that work instead. The same on
+    /// [`SharedFilter::prepare_insert`](crate::SharedFilter::prepare_insert) and
+    /// [`GuardedCache::prepare_insert`](crate::GuardedCache::prepare_insert).
     ///
     /// ```
     /// # use bloom_tower::{BloomFilter, GuardedCache, SharedFilter};

@@ -66,10 +66,15 @@ pub struct PendingInsert {
 
 impl SharedFilter {
     /// Inserts `key` now, before the write that creates its record becomes visible, and
-    /// returns what to call once the write is committed:
-    /// [`PendingInsert::committed`] writes `key` into every filter a rebuild published since
-    /// (see [`insert_after_commit`](Self::insert_after_commit)), and does so even if the request
-    /// is cancelled after the commit.
+    /// returns a [`PendingInsert`]: call [`PendingInsert::committed`] once the write is
+    /// committed. It writes `key` into every filter a rebuild published since the insert (the
+    /// rebuild's source may have missed the open transaction; with no rebuild in between it
+    /// writes nothing, so a counting filter counts the key once), and on a
+    /// [`GuardedCache`](crate::GuardedCache) it also forgets any "not found" cached for the key
+    /// meanwhile, so the very next lookup finds the record. If the request is cancelled after
+    /// the commit, the `PendingInsert`'s `Drop` does that work instead. The same on
+    /// [`SharedFilter::prepare_insert`](crate::SharedFilter::prepare_insert) and
+    /// [`GuardedCache::prepare_insert`](crate::GuardedCache::prepare_insert).
     ///
     /// ```
     /// # use bloom_tower::{BloomFilter, SharedFilter};
