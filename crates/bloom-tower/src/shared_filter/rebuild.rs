@@ -6,17 +6,19 @@ use std::pin::pin;
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
+use bloom_core::Key;
+use futures_core::Stream;
 use futures_util::StreamExt;
 use tokio::sync::{MutexGuard, Notify};
 use tokio::task::JoinHandle;
 
-use super::{Shared, SharedFilter};
+use super::{Generation, Shared, SharedFilter};
 use crate::key_source::{BoxError, KeySource};
 use crate::stats::RebuildOutcome;
 
 /// Keys streamed between two yields to the scheduler: an in-memory source is always ready,
 /// and a rebuild of millions of keys must not hold a worker thread for its whole length.
-pub(super) const YIELD_EVERY: u64 = 4096;
+const YIELD_EVERY: u64 = 4096;
 
 /// How the last rebuild ended; read by callers that waited for it.
 #[derive(Default)]
@@ -144,6 +146,35 @@ impl Drop for Run<'_> {
     }
 }
 
+/// Streams `keys` into `generation`, yielding to the scheduler every [`YIELD_EVERY`] keys:
+/// how many were read, or how many before the source's error (and the error).
+pub(super) async fn fill<K, E>(
+    generation: &Generation,
+    keys: impl Stream<Item = Result<K, E>>,
+) -> Result<u64, (u64, BoxError)>
+where
+    K: Key,
+    E: Into<BoxError>,
+{
+    let mut keys = pin!(keys);
+    let mut read = 0u64;
+    loop {
+        // Matched in place, so no key or error is held across the yield below (they need
+        // not be `Send`).
+        match keys.next().await {
+            None => return Ok(read),
+            Some(Ok(key)) => {
+                generation.insert(&key);
+            }
+            Some(Err(error)) => return Err((read, error.into())),
+        }
+        read += 1;
+        if read % YIELD_EVERY == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
 impl SharedFilter {
     /// Rebuilds the filter from `source` and swaps it in atomically.
     ///
@@ -230,30 +261,14 @@ impl SharedFilter {
             }
         };
 
-        let mut keys = pin!(source.keys());
-        let mut read = 0u64;
-        loop {
-            // Matched in place, so no key or error is held across the yield below (they need
-            // not be `Send`).
-            match keys.next().await {
-                None => break,
-                Some(Ok(key)) => {
-                    next.insert(&key);
-                }
-                Some(Err(error)) => {
-                    let error = ReloadError(Repr::Source {
-                        keys: read,
-                        source: error.into(),
-                    });
-                    run.finished = Finished::Failed(Chain(&error).to_string().into());
-                    return Err(error);
-                }
+        let read = match fill(&next, source.keys()).await {
+            Ok(read) => read,
+            Err((keys, source)) => {
+                let error = ReloadError(Repr::Source { keys, source });
+                run.finished = Finished::Failed(Chain(&error).to_string().into());
+                return Err(error);
             }
-            read += 1;
-            if read % YIELD_EVERY == 0 {
-                tokio::task::yield_now().await;
-            }
-        }
+        };
 
         // Swap, under the write lock: no insert is between writing the old filter and
         // reading `building` while this happens.

@@ -7,12 +7,10 @@
 //! serves *verifying* (it lets through everything it would reject) until a full rebuild.
 
 use std::io;
-use std::pin::pin;
 
 use bloom_core::{AnyFilter, Snapshot};
-use futures_util::StreamExt;
 
-use super::rebuild::{Chain, ReloadError, Reloaded, YIELD_EVERY};
+use super::rebuild::{Chain, ReloadError, Reloaded, fill};
 use super::snapshot::{self, SnapshotError};
 use super::{Generation, SharedFilter, SharedFilterBuilder};
 use crate::key_source::{KeySource, Watermark};
@@ -226,27 +224,14 @@ where
             ));
         }
     };
-    let mut keys = pin!(source.keys_since(since));
-    let mut read = 0u64;
-    loop {
-        match keys.next().await {
-            None => break,
-            Some(Ok(key)) => {
-                generation.insert(&key);
-            }
-            Some(Err(error)) => {
-                let error = error.into();
-                return Err(format!(
-                    "the source failed after {read} keys since the watermark: {}",
-                    Chain(&*error)
-                ));
-            }
-        }
-        read += 1;
-        if read % YIELD_EVERY == 0 {
-            tokio::task::yield_now().await;
-        }
-    }
+    let read = fill(generation, source.keys_since(since))
+        .await
+        .map_err(|(read, error)| {
+            format!(
+                "the source failed after {read} keys since the watermark: {}",
+                Chain(&*error)
+            )
+        })?;
     Ok((read, now))
 }
 
