@@ -799,6 +799,88 @@ async fn sqlite_two_instances_share_one_filter_through_redis() {
     a.shutdown().await.unwrap();
 }
 
+/// The fleet under a hung Redis (SIGSTOP: a stalled or partitioned server behaves the same):
+/// users created through A while Redis hangs are found through B, because B, no longer
+/// hearing the fleet's heartbeats, lets would-be rejections through to its cache and
+/// database; once Redis resumes, B holds the new ids and rejects absent ones again without a
+/// database query.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_users_created_while_redis_hangs_are_found_on_the_other_instance() {
+    let Some(mut server) = redis::start() else {
+        return;
+    };
+    let backend = Backend::sqlite();
+    let shared = |config: &mut Config| {
+        config.redis = Some(server.url());
+        config.filter_seed = Some(0x5EED_5EED);
+        config.filter_capacity = 100_000;
+    };
+    let a = backend.start_with("hung_a", shared).await;
+    let mut config_b = backend.config("hung_b");
+    shared(&mut config_b);
+    let b = user_service::spawn(config_b, 0)
+        .await
+        .expect("starting the second instance");
+    let client = client();
+    let b_filter = b.app.filter().expect("a guarded service").clone();
+
+    server.pause();
+    // Each create waits (bounded) for its id to reach Redis, then commits anyway.
+    let creates = (0..10).map(|n| {
+        let (client, url) = (client.clone(), a.url());
+        async move {
+            let response = client
+                .post(format!("{url}/users"))
+                .json(&json!({ "name": format!("Hung {n}"), "email": format!("hung{n}@example.com") }))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), StatusCode::CREATED);
+            response.json::<Value>().await.unwrap()["id"].as_u64().unwrap()
+        }
+    });
+    let ids = futures_util::future::join_all(creates).await;
+    let mut found = 0;
+    for &id in &ids {
+        let (status, body) = get(&client, format!("{}/users/{id}", b.url())).await;
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "GET {id} from B while Redis hangs: {body}"
+        );
+        found += 1;
+    }
+    assert_eq!(found, 10);
+    server.resume();
+
+    // Resumed: B receives the ids and trusts its view again.
+    // (An id B's own filter lacks is let through exactly while B's view is stale.)
+    let probe = (1_000_000u64..)
+        .find(|id| !b_filter.current().contains(id))
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !ids.iter().all(|id| b_filter.current().contains(id)) || b_filter.contains(&probe) {
+        assert!(std::time::Instant::now() < deadline, "B never caught up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let absent: Vec<u64> = (1_000_000..)
+        .filter(|id| !b_filter.current().contains(id))
+        .take(20)
+        .collect();
+    let before = db_queries(&client, &b).await;
+    for id in absent {
+        let (status, _) = get(&client, format!("{}/users/{id}", b.url())).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+    }
+    assert_eq!(
+        db_queries(&client, &b).await,
+        before,
+        "B is fresh: absent ids stay out of the database"
+    );
+    b.shutdown().await.unwrap();
+    a.shutdown().await.unwrap();
+}
+
 // ---- PostgreSQL: every scenario on one throwaway server ----------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

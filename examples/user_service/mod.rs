@@ -337,7 +337,8 @@ impl App {
                 task.shutdown().await;
             }
             if let Some(sync) = &guarded.redis {
-                sync.shutdown();
+                // Tell the other instances, so they do not wait for this one's heartbeats.
+                sync.leave().await;
             }
             let path = self.inner.config.snapshot_path();
             guarded
@@ -357,6 +358,13 @@ impl App {
         let db = self.db();
         let id = db.allocate_id();
         let pending = self.cache().map(|cache| cache.prepare_insert(&id.id()));
+        // With `--redis`: the id's bits reach Redis and every other instance before the row
+        // is visible. If Redis does not answer in time the create goes on: the other
+        // instances, no longer hearing from this one, let would-be rejections through until
+        // it is back (the default stale policy), so the new user is found everywhere.
+        if let Some(sync) = self.inner.guarded.as_ref().and_then(|g| g.redis.as_ref()) {
+            let _ = sync.propagated().await;
+        }
         // On an error the id stays in the filter: a harmless false positive until the next
         // rebuild (dropping `pending` finishes its work all the same).
         let user = db.insert_user(id.id(), name, email).await?;
@@ -445,27 +453,27 @@ async fn join_shared_filter(
         .connect(filter.clone())
         .await
         .context("joining the filter shared through Redis")?;
-    // A shared filter with no bit set has never been filled (or the whole fleet and Redis were
-    // restarted empty): fill it from the database before serving, or every user would be
-    // rejected. If another instance is already filling it, wait for its generation.
-    if filter.current().fill_ratio() == 0.0 {
-        let before = sync.stats().generation;
-        match sync
-            .rebuild(source)
+    // A shared filter holding clearly fewer ids than the table has never been filled, or Redis
+    // lost data (restarted empty or from an old dump while the fleet was down): fill it from
+    // the database before serving, or those users would be rejected. If another instance is
+    // already rebuilding it, wait for its generation.
+    let before = sync.stats().generation;
+    match sync
+        .refill_if_lost(source)
+        .await
+        .context("checking the shared filter against the database")?
+    {
+        Some(bloom_redis::Rebuilt::Skipped) => {
+            tokio::time::timeout(Duration::from_secs(300), async {
+                while sync.stats().generation == before {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            })
             .await
-            .context("filling the shared filter from the database")?
-        {
-            bloom_redis::Rebuilt::Skipped => {
-                tokio::time::timeout(Duration::from_secs(300), async {
-                    while sync.stats().generation == before {
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                })
-                .await
-                .context("waiting for another instance to fill the shared filter")?;
-            }
-            outcome => tracing::info!(?outcome, "filled the shared filter from the database"),
+            .context("waiting for another instance to fill the shared filter")?;
         }
+        Some(outcome) => tracing::info!(?outcome, "filled the shared filter from the database"),
+        None => {}
     }
     Ok((filter, sync))
 }

@@ -149,35 +149,59 @@ pub(crate) fn redis_bit(bit: u64, segment_bytes: u64) -> (u64, u64) {
 /// Message kinds on the channel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
-    /// Bits set in a generation: the payload is their indices.
+    /// Bits set in a generation: the words are their indices.
     Bits = 1,
     /// A rebuild of the generation started: start double-writing it.
     Building = 2,
     /// The generation now serves: switch.
     Switched = 3,
+    /// "Every insert I made before this message was published before it": the sender's
+    /// heartbeat. The one word is its resync epoch (bumped when bits it could not publish
+    /// were pushed into the segments instead, so receivers must pull before trusting it).
+    Tick = 4,
+    /// Records were committed on the sender: the words are the keys' keyed digests, for
+    /// dropping cached "not found" answers.
+    Committed = 5,
+    /// The sender is shutting down cleanly: stop waiting for its heartbeats.
+    Leaving = 6,
 }
 
-/// A decoded message: `[1 version][1 kind][8 sender][8 generation][8 × n bit indices]`, all
+impl Kind {
+    fn from_byte(byte: u8) -> Option<Self> {
+        Some(match byte {
+            1 => Self::Bits,
+            2 => Self::Building,
+            3 => Self::Switched,
+            4 => Self::Tick,
+            5 => Self::Committed,
+            6 => Self::Leaving,
+            _ => return None,
+        })
+    }
+}
+
+/// A decoded message: `[1 version][1 kind][8 sender][8 generation][8 × n words]`, all
 /// little-endian.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Message {
     pub(crate) kind: Kind,
     pub(crate) sender: u64,
     pub(crate) generation: u64,
-    pub(crate) bits: Vec<u64>,
+    /// Bit indices, digests or the epoch, by kind.
+    pub(crate) words: Vec<u64>,
 }
 
 const VERSION: u8 = 1;
 const HEADER: usize = 18;
 
-pub(crate) fn encode(kind: Kind, sender: u64, generation: u64, bits: &[u64]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(HEADER + bits.len() * 8);
+pub(crate) fn encode(kind: Kind, sender: u64, generation: u64, words: &[u64]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER + words.len() * 8);
     out.push(VERSION);
     out.push(kind as u8);
     out.extend_from_slice(&sender.to_le_bytes());
     out.extend_from_slice(&generation.to_le_bytes());
-    for bit in bits {
-        out.extend_from_slice(&bit.to_le_bytes());
+    for word in words {
+        out.extend_from_slice(&word.to_le_bytes());
     }
     out
 }
@@ -186,18 +210,13 @@ pub(crate) fn decode(bytes: &[u8]) -> Option<Message> {
     if bytes.len() < HEADER || bytes[0] != VERSION || (bytes.len() - HEADER) % 8 != 0 {
         return None;
     }
-    let kind = match bytes[1] {
-        1 => Kind::Bits,
-        2 => Kind::Building,
-        3 => Kind::Switched,
-        _ => return None,
-    };
+    let kind = Kind::from_byte(bytes[1])?;
     let u64_at = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().expect("8 bytes"));
     Some(Message {
         kind,
         sender: u64_at(2),
         generation: u64_at(10),
-        bits: (HEADER..bytes.len()).step_by(8).map(u64_at).collect(),
+        words: (HEADER..bytes.len()).step_by(8).map(u64_at).collect(),
     })
 }
 
@@ -232,11 +251,17 @@ mod tests {
                 kind: Kind::Bits,
                 sender: 7,
                 generation: 3,
-                bits: vec![1, 2, u64::MAX]
+                words: vec![1, 2, u64::MAX]
             }
         );
         assert!(decode(&bytes[..bytes.len() - 1]).is_none());
         assert!(decode(b"").is_none());
+        for kind in [Kind::Tick, Kind::Committed, Kind::Leaving] {
+            assert_eq!(decode(&encode(kind, 1, 2, &[3])).unwrap().kind, kind);
+        }
+        let mut unknown = encode(Kind::Bits, 1, 2, &[]);
+        unknown[1] = 99;
+        assert!(decode(&unknown).is_none());
     }
 
     #[test]

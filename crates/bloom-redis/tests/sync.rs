@@ -56,10 +56,12 @@ async fn eventually(what: &str, mut done: impl FnMut() -> bool) -> Duration {
     started.elapsed()
 }
 
+/// Whether every instance's own filter holds every key. The raw filter, not
+/// `SharedFilter::contains`, which also lets keys through while an instance is stale.
 fn all_contain(instances: &[&RedisSync], keys: &[String]) -> bool {
     instances
         .iter()
-        .all(|i| keys.iter().all(|k| i.filter().contains(k)))
+        .all(|i| keys.iter().all(|k| i.filter().current().contains(k)))
 }
 
 /// Redis's copy of generation `generation`, read segment by segment into a filter.
@@ -115,11 +117,11 @@ async fn an_insert_on_one_instance_reaches_the_others() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mut latencies = Vec::new();
     for key in keys("user", 200) {
-        assert!(!b.filter().contains(&key) && !c.filter().contains(&key));
+        assert!(!b.filter().current().contains(&key) && !c.filter().current().contains(&key));
         let started = Instant::now();
         a.filter().insert(&key);
         eventually("B and C see A's insert", || {
-            b.filter().contains(&key) && c.filter().contains(&key)
+            b.filter().current().contains(&key) && c.filter().current().contains(&key)
         })
         .await;
         latencies.push(started.elapsed());
@@ -198,10 +200,12 @@ async fn a_redis_outage_loses_nothing_and_an_empty_restart_is_refilled() {
                 started.elapsed() < Duration::from_millis(50),
                 "an insert blocked"
             );
-            assert!(instance.filter().contains(key));
+            assert!(instance.filter().current().contains(key));
         }
         assert!(
-            before.iter().all(|k| instance.filter().contains(k)),
+            before
+                .iter()
+                .all(|k| instance.filter().current().contains(k)),
             "false negative during the outage"
         );
     }
@@ -325,7 +329,7 @@ async fn one_instance_rebuilds_and_keys_inserted_anywhere_meanwhile_survive() {
     .await;
     let deleted = [&a, &b, &c]
         .iter()
-        .filter(|i| i.filter().contains("deleted-user"))
+        .filter(|i| i.filter().current().contains("deleted-user"))
         .count();
     assert_eq!(
         deleted, 0,
@@ -454,7 +458,7 @@ async fn a_filter_split_over_many_segments_round_trips() {
     assert!(segments > 100, "{segments} segment keys");
     // A new instance pulls every segment.
     let b = join(&url, "seg", tiny).await;
-    assert!(inserted.iter().all(|k| b.filter().contains(k)));
+    assert!(inserted.iter().all(|k| b.filter().current().contains(k)));
     assert!(plain_words(&b).eq(plain_words(&a)));
     // And its own bits go up through the BITOP path.
     let from_b = keys("b", 500);
@@ -478,4 +482,45 @@ fn plain_words(sync: &RedisSync) -> std::vec::IntoIter<u64> {
         .as_plain()
         .expect("bloom-redis serves plain filters");
     plain.words().collect::<Vec<_>>().into_iter()
+}
+
+/// On a synchronised filter, the filter's own `reload_from` (and so its `rebuild_every`) runs
+/// the fleet's rebuild: a new generation every instance switches to, not a local swap that
+/// the others never see.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_reload_from_rebuilds_the_whole_fleet() {
+    let Some(server) = common::start() else {
+        return;
+    };
+    let url = server.url();
+    let (a, b) = (
+        join(&url, "owner", same).await,
+        join(&url, "owner", same).await,
+    );
+    a.filter().insert("deleted-user");
+    eventually("the insert reached B", || {
+        b.filter().current().contains("deleted-user")
+    })
+    .await;
+    let source = keys("db", 500);
+    let reloaded = a
+        .filter()
+        .reload_from(&source)
+        .await
+        .expect("a fleet rebuild");
+    assert_eq!(reloaded, bloom_tower::Reloaded::Rebuilt { keys: 500 });
+    eventually("B switched to the new generation", || {
+        b.stats().generation == 2
+    })
+    .await;
+    assert_eq!(a.stats().rebuilds, 1);
+    assert!(all_contain(&[&a, &b], &source));
+    for instance in [&a, &b] {
+        assert!(!instance.filter().current().contains("deleted-user"));
+    }
+    assert_eq!(
+        b.filter().stats().rebuilds,
+        1,
+        "B's filter was swapped once: by the switch to A's generation"
+    );
 }

@@ -13,6 +13,7 @@
 //! guard releases the waiters if the leader is cancelled or panics.
 
 mod error;
+mod remote;
 mod stats;
 
 use std::any::TypeId;
@@ -20,8 +21,8 @@ use std::future::Future;
 use std::hash::Hash;
 use std::marker::PhantomData;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use bloom_core::Key;
@@ -29,12 +30,13 @@ use futures_util::FutureExt;
 
 use error::ErasedError;
 pub use error::LoadError;
+use remote::RemoteForgets;
 pub use stats::CacheStats;
 use stats::Counters;
 
 use crate::SharedFilter;
 use crate::flight::{Flights, Role, wait};
-use crate::shared_filter::{AfterCommit, PendingInsert};
+use crate::shared_filter::{AfterCommit, ForgetByDigest, PendingInsert};
 
 type Filter = SharedFilter;
 
@@ -81,15 +83,26 @@ pub struct GuardedCache<K, V> {
 
 struct Inner<K, V> {
     filter: Filter,
-    /// `Some(v)`: the value; `None`: a negative entry (the loader found nothing), which
-    /// expires after `negative_ttl`.
-    cache: moka::future::Cache<K, Option<V>>,
+    cache: moka::future::Cache<K, Entry<V>>,
     flights: Flights<(K, TypeId), Outcome<V>>,
     load_timeout: Option<Duration>,
     counters: Counters,
     /// Bumped by every invalidation, so a load that raced with one does not leave a stale
     /// entry behind (see `lead`).
     invalidations: AtomicU64,
+    /// Keys created on other instances ([`SharedFilter::forget_remote`]), by digest.
+    remote: RemoteForgets,
+}
+
+/// A cached answer.
+#[derive(Clone)]
+struct Entry<V> {
+    /// `Some(v)`: the value; `None`: a negative entry (the loader found nothing), which
+    /// expires after `negative_ttl`.
+    value: Option<V>,
+    /// For a negative entry, the [`RemoteForgets`] epoch its load began at: a remote forget
+    /// of its key after that makes it stale.
+    since: u64,
 }
 
 impl<K, V> Clone for GuardedCache<K, V> {
@@ -133,7 +146,8 @@ where
     }
 
     /// How long "not found" is remembered; 30 seconds by default. Keep it short: it is how
-    /// long a key created elsewhere without [`GuardedCache::invalidate`] stays invisible.
+    /// long a key created elsewhere without [`GuardedCache::invalidate`] (or, for another
+    /// instance, [`SharedFilter::forget_remote`]) stays invisible.
     pub fn negative_ttl(mut self, ttl: Duration) -> Self {
         self.negative_ttl = ttl;
         self
@@ -163,16 +177,18 @@ where
             .max_capacity(self.max_capacity)
             .expire_after(expiry)
             .build();
-        GuardedCache {
-            inner: Arc::new(Inner {
-                filter: self.filter,
-                cache,
-                flights: Flights::new(),
-                load_timeout: self.load_timeout,
-                counters: Counters::new(self.name),
-                invalidations: AtomicU64::new(0),
-            }),
-        }
+        let inner = Arc::new(Inner {
+            filter: self.filter,
+            cache,
+            flights: Flights::new(),
+            load_timeout: self.load_timeout,
+            counters: Counters::new(self.name),
+            invalidations: AtomicU64::new(0),
+            remote: RemoteForgets::new(self.negative_ttl),
+        });
+        let forget: Weak<dyn ForgetByDigest> = Arc::downgrade(&inner) as Weak<_>;
+        inner.filter.register_cache(forget);
+        GuardedCache { inner }
     }
 }
 
@@ -191,19 +207,19 @@ impl JitteredExpiry {
     }
 }
 
-impl<K, V> moka::Expiry<K, Option<V>> for JitteredExpiry {
-    fn expire_after_create(&self, _: &K, value: &Option<V>, _: Instant) -> Option<Duration> {
-        Some(self.lifetime(value))
+impl<K, V> moka::Expiry<K, Entry<V>> for JitteredExpiry {
+    fn expire_after_create(&self, _: &K, entry: &Entry<V>, _: Instant) -> Option<Duration> {
+        Some(self.lifetime(&entry.value))
     }
 
     fn expire_after_update(
         &self,
         _: &K,
-        value: &Option<V>,
+        entry: &Entry<V>,
         _: Instant,
         _: Option<Duration>,
     ) -> Option<Duration> {
-        Some(self.lifetime(value))
+        Some(self.lifetime(&entry.value))
     }
 }
 
@@ -244,7 +260,7 @@ where
             inner.counters.filter_rejections();
             return Ok(None);
         }
-        if let Some(entry) = inner.cache.get(key).await {
+        if let Some(entry) = self.cached(key).await {
             return Ok(self.served_from_cache(entry));
         }
         // The miss path's state (the flight, the loader, its timeout, the cache writes) is
@@ -263,14 +279,14 @@ where
         let inner = &*self.inner;
         let flight_key = (key.clone(), TypeId::of::<E>());
         let flight = loop {
-            if let Some(entry) = inner.cache.get(key).await {
+            if let Some(entry) = self.cached(key).await {
                 return Ok(self.served_from_cache(entry));
             }
             match inner.flights.join(&flight_key) {
                 Role::Leader(flight) => {
                     // A load that finished between our cache miss and `join` cached its
                     // outcome before leaving the table: read it instead of loading again.
-                    if let Some(entry) = inner.cache.get(key).await {
+                    if let Some(entry) = self.cached(key).await {
                         flight.complete(Ok(entry.clone()));
                         return Ok(self.served_from_cache(entry));
                     }
@@ -293,6 +309,7 @@ where
         };
 
         let epoch = inner.invalidations.load(Ordering::SeqCst);
+        let (since, began) = (inner.remote.epoch(), Instant::now());
         inner.counters.loads();
         let outcome = self.run_load(key.clone(), load).await;
         match &outcome {
@@ -300,7 +317,19 @@ where
                 if value.is_none() {
                     inner.counters.false_positives();
                 }
-                inner.cache.insert(key.clone(), value.clone()).await;
+                // A create elsewhere that raced with this load: its "not found" is stale.
+                // (One forgotten during the insert below is caught by `since` on lookup.)
+                let cache = value.is_some()
+                    || inner
+                        .remote
+                        .may_cache_absent(since, began, || inner.filter.key_digest(key));
+                if cache {
+                    let entry = Entry {
+                        value: value.clone(),
+                        since,
+                    };
+                    inner.cache.insert(key.clone(), entry).await;
+                }
                 // An invalidation that raced with this load (a user created after the loader
                 // read "absent") must win: if one happened since the load began, drop what we
                 // just cached. Whichever order the two run in, the entry does not survive.
@@ -312,6 +341,22 @@ where
         }
         flight.complete(outcome.clone().map_err(ErasedError::erase));
         outcome
+    }
+
+    /// The cached answer for `key`, unless it is a "not found" that a remote create made
+    /// stale ([`SharedFilter::forget_remote`]): that is a miss, and the load it leads to
+    /// overwrites it.
+    async fn cached(&self, key: &K) -> Option<Option<V>> {
+        let inner = &*self.inner;
+        let entry = inner.cache.get(key).await?;
+        if entry.value.is_none()
+            && inner
+                .remote
+                .is_stale(entry.since, || inner.filter.key_digest(key))
+        {
+            return None;
+        }
+        Some(entry.value)
     }
 
     /// Counts a lookup answered by the cache: a value, or a negative entry.
@@ -398,6 +443,16 @@ where
     /// Loads in flight right now (one per key): 0 when idle, whatever happened before.
     pub fn loads_in_flight(&self) -> usize {
         self.inner.flights.len()
+    }
+}
+
+impl<K, V> ForgetByDigest for Inner<K, V>
+where
+    K: Send + Sync,
+    V: Send + Sync,
+{
+    fn forget_digest(&self, digest: u64) {
+        self.remote.forget(digest);
     }
 }
 

@@ -1,16 +1,22 @@
 //! Hooks for synchronising a [`SharedFilter`] with something outside the process (another
-//! instance's filter, through Redis say): an insert hook, and rebuilds whose new filter is
-//! filled by the caller rather than streamed from a [`KeySource`](crate::KeySource).
+//! instance's filter, through Redis say): insert and commit hooks, rebuilds whose new filter
+//! is filled by the caller rather than streamed from a [`KeySource`], and an owner that runs
+//! every rebuild ([`ExternalRebuild`]).
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
-use bloom_core::AnyFilter;
+use bloom_core::{AnyFilter, Key};
+use futures_core::Stream;
+use futures_util::StreamExt;
 use tokio::sync::OwnedMutexGuard;
 
-use super::rebuild::{Finished, Slot};
+use super::rebuild::{Finished, Reloaded, Slot};
 use super::{CurrentFilter, Generation, SharedFilter};
+use crate::key_source::{BoxError, KeySource};
 use crate::stats::RebuildOutcome;
 
 /// The function type of an insert hook.
@@ -19,6 +25,10 @@ pub type HookFn = dyn Fn(&[u8]) + Send + Sync;
 /// A function [`SharedFilter::insert`] calls with the inserted key's bytes
 /// ([`Key::key_bytes`](bloom_core::Key::key_bytes)); see [`SharedFilter::set_insert_hook`].
 pub type InsertHook = Arc<HookFn>;
+
+/// A function [`SharedFilter::contains`] calls for every key the filter would reject:
+/// `true` lets the key through instead. See [`SharedFilter::set_rejection_override`].
+pub type RejectionOverride = Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// [`SharedFilter::start_building`] was called while a rebuild (or another [`Building`])
 /// is running.
@@ -36,6 +46,103 @@ impl SharedFilter {
     /// `BloomFilter::for_each_bit(bytes, ..)` on the hook's argument act on the same key.
     pub fn set_insert_hook(&self, hook: Option<InsertHook>) {
         self.shared.hook.store(hook.map(Arc::new));
+    }
+
+    /// Sets (or with `None` removes) the function a [`PendingInsert`](super::PendingInsert)
+    /// calls, on every clone, with the key's bytes each time it has done its after-commit
+    /// work: at the end of [`committed`](super::PendingInsert::committed) (after the filter
+    /// writes and the cache invalidation), and when dropped uncommitted, once at the drop
+    /// (after the filter writes; the cache invalidation it spawns may still be running) and
+    /// once more after the late pass a few seconds later. Plain [`insert`](Self::insert)s do
+    /// not call it. Meant for telling other instances that the record now exists, so they drop
+    /// their cached "not found" for it (send [`key_digest`](Self::key_digest), not the key,
+    /// and have them call [`forget_remote`](Self::forget_remote)). It must be quick and must
+    /// not block (queue the work).
+    ///
+    /// ```
+    /// # use std::sync::{Arc, Mutex};
+    /// # use bloom_tower::{BloomFilter, SharedFilter};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let filter = SharedFilter::new(BloomFilter::new(1_000, 0.01)?);
+    /// let published = Arc::new(Mutex::new(Vec::new()));
+    /// let (outbox, digests) = (Arc::clone(&published), filter.clone());
+    /// filter.set_commit_hook(Some(Arc::new(move |key: &[u8]| {
+    ///     outbox.lock().unwrap().push(digests.key_digest(key));
+    /// })));
+    /// filter.prepare_insert(&7u64).committed().await;
+    /// assert_eq!(*published.lock().unwrap(), [filter.key_digest(&7u64)]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn set_commit_hook(&self, hook: Option<InsertHook>) {
+        self.shared.commit_hook.store(hook.map(Arc::new));
+    }
+
+    /// Installs (or with `None` removes) the owner of this filter's rebuilds: from now on
+    /// [`reload_from`](Self::reload_from), and so [`rebuild_every`](Self::rebuild_every),
+    /// hand the source to `owner` instead of rebuilding locally, and return what it returns.
+    /// Meant for a replication layer, whose fleet must rebuild through its own protocol (a
+    /// local rebuild would leave this instance's filter out of step with the others').
+    ///
+    /// ```
+    /// # use std::future::Future;
+    /// # use std::pin::Pin;
+    /// # use std::sync::Arc;
+    /// use bloom_tower::key_source::BoxError;
+    /// use bloom_tower::shared_filter::{ErasedKeySource, ExternalRebuild};
+    /// use bloom_tower::{BloomFilter, Reloaded, SharedFilter};
+    ///
+    /// struct Fleet;
+    /// impl ExternalRebuild for Fleet {
+    ///     fn rebuild<'a>(
+    ///         &'a self,
+    ///         _source: &'a dyn ErasedKeySource,
+    ///     ) -> Pin<Box<dyn Future<Output = Result<Reloaded, BoxError>> + Send + 'a>> {
+    ///         // Ask the fleet to rebuild; another instance runs it.
+    ///         Box::pin(async { Ok(Reloaded::Elsewhere) })
+    ///     }
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let filter = SharedFilter::new(BloomFilter::new(1_000, 0.01)?);
+    /// filter.set_external_rebuild(Some(Arc::new(Fleet)));
+    /// assert_eq!(filter.reload_from(&vec![1u64]).await?, Reloaded::Elsewhere);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn set_external_rebuild(&self, owner: Option<Arc<dyn ExternalRebuild>>) {
+        self.shared.external.store(owner.map(Arc::new));
+    }
+
+    /// The installed owner of this filter's rebuilds, if any.
+    pub(super) fn external_rebuild(&self) -> Option<Arc<Arc<dyn ExternalRebuild>>> {
+        self.shared.external.load_full()
+    }
+
+    /// Sets (or with `None` removes) the function [`contains`](Self::contains) calls, on every
+    /// clone, for each key the filter would reject: if it returns `true` the key is let
+    /// through ("maybe") instead. Meant for a replication layer whose local view may be
+    /// missing other instances' inserts (it lost contact with them): it lets would-be
+    /// rejections through while that lasts, and counts them. Lookups the filter answers
+    /// "maybe" never call it; it must be quick (an atomic load or two).
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use std::sync::atomic::{AtomicBool, Ordering};
+    /// # use bloom_tower::{BloomFilter, SharedFilter};
+    /// let filter = SharedFilter::new(BloomFilter::new(1_000, 0.01)?);
+    /// let stale = Arc::new(AtomicBool::new(true));
+    /// let flag = Arc::clone(&stale);
+    /// filter.set_rejection_override(Some(Arc::new(move || flag.load(Ordering::Relaxed))));
+    /// assert!(filter.contains("never inserted")); // let through while stale
+    /// stale.store(false, Ordering::Relaxed);
+    /// assert!(!filter.contains("never inserted"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_rejection_override(&self, gate: Option<RejectionOverride>) {
+        self.shared.rejection_override.store(gate.map(Arc::new));
     }
 
     /// Starts a rebuild whose new filter the caller fills: `next` (usually empty) is published
@@ -58,6 +165,129 @@ impl SharedFilter {
             slot: Some(slot),
         })
     }
+}
+
+/// What [`ErasedKeySource::erased_keys`] returns (an alias, for clippy's sake).
+type ErasedKeys<'a> = Pin<Box<dyn Stream<Item = Result<Box<[u8]>, BoxError>> + Send + 'a>>;
+
+/// A [`KeySource`] behind a trait object: keys as owned bytes ([`Key::key_bytes`]), errors
+/// boxed. What an [`ExternalRebuild`] is handed, since `KeySource` itself cannot be a trait
+/// object (its methods return `impl Trait`).
+///
+/// Implemented for every sized `KeySource` that is `Send + Sync`, and so for `&S` with any
+/// `S: KeySource + Sync` (slices and trait objects too). `dyn ErasedKeySource` is a
+/// `KeySource` again, so code generic over sources takes it as is:
+///
+/// ```
+/// use bloom_tower::KeySource;
+/// use bloom_tower::shared_filter::ErasedKeySource;
+/// use futures_util::StreamExt;
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let ids = vec![1u64, 2, 3];
+/// let erased: &dyn ErasedKeySource = &ids;
+/// assert_eq!(erased.count_hint(), Some(3)); // a KeySource again
+/// assert_eq!(erased.keys().count().await, 3);
+/// # });
+/// ```
+pub trait ErasedKeySource: Send + Sync {
+    /// [`KeySource::keys`], each key as its [`Key::key_bytes`].
+    ///
+    /// ```
+    /// # use bloom_tower::shared_filter::ErasedKeySource;
+    /// # use futures_util::StreamExt;
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let keys: Vec<_> = vec!["a", "b"].erased_keys().collect().await;
+    /// assert_eq!(keys[1].as_deref().unwrap(), b"b");
+    /// # });
+    /// ```
+    fn erased_keys(&self) -> ErasedKeys<'_>;
+
+    /// [`KeySource::count_hint`].
+    ///
+    /// ```
+    /// # use bloom_tower::shared_filter::ErasedKeySource;
+    /// assert_eq!(vec![1u64, 2].erased_count_hint(), Some(2));
+    /// ```
+    fn erased_count_hint(&self) -> Option<u64>;
+}
+
+impl<S: KeySource + Send + Sync> ErasedKeySource for S {
+    fn erased_keys(&self) -> ErasedKeys<'_> {
+        Box::pin(self.keys().map(|key| match key {
+            // `Key for [u8]` hashes the bytes themselves: the owned copy is the same key.
+            Ok(key) => Ok(key.key_bytes().as_ref().into()),
+            Err(error) => Err(error.into()),
+        }))
+    }
+
+    fn erased_count_hint(&self) -> Option<u64> {
+        self.count_hint()
+    }
+}
+
+impl KeySource for dyn ErasedKeySource + '_ {
+    type Error = BoxError;
+
+    fn keys(&self) -> impl Stream<Item = Result<impl Key + Send + '_, BoxError>> + Send + '_ {
+        self.erased_keys()
+    }
+
+    fn count_hint(&self) -> Option<u64> {
+        self.erased_count_hint()
+    }
+}
+
+/// The owner of a filter's rebuilds, installed with [`SharedFilter::set_external_rebuild`]:
+/// a replication layer that rebuilds the filter of every instance through its own protocol.
+pub trait ExternalRebuild: Send + Sync {
+    /// Runs (or has another instance run) a rebuild from `source`, for
+    /// [`SharedFilter::reload_from`]. Typically it fills a new filter with
+    /// [`SharedFilter::start_building`] (`reload_from` does not hold the rebuild slot while
+    /// it waits for this) and returns [`Reloaded::Rebuilt`], or [`Reloaded::Elsewhere`] when
+    /// another instance runs it. An error is returned to the caller as a
+    /// [`ReloadError`](super::ReloadError) of kind
+    /// [`External`](super::ReloadErrorKind::External).
+    ///
+    /// ```
+    /// # use std::future::Future;
+    /// # use std::pin::Pin;
+    /// use bloom_tower::key_source::BoxError;
+    /// use bloom_tower::shared_filter::{ErasedKeySource, ExternalRebuild};
+    /// use bloom_tower::{BloomFilter, Reloaded, SharedFilter};
+    ///
+    /// /// Streams the source, as a replication layer would to fill the shared filter.
+    /// struct Owner;
+    /// impl ExternalRebuild for Owner {
+    ///     fn rebuild<'a>(
+    ///         &'a self,
+    ///         source: &'a dyn ErasedKeySource,
+    ///     ) -> Pin<Box<dyn Future<Output = Result<Reloaded, BoxError>> + Send + 'a>> {
+    ///         Box::pin(async move {
+    ///             let mut keys = 0;
+    ///             let mut stream = source.erased_keys();
+    ///             while let Some(key) = futures_util::StreamExt::next(&mut stream).await {
+    ///                 let _bytes: Box<[u8]> = key?; // into the fleet's new filter
+    ///                 keys += 1;
+    ///             }
+    ///             Ok(Reloaded::Rebuilt { keys })
+    ///         })
+    ///     }
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let filter = SharedFilter::new(BloomFilter::new(1_000, 0.01)?);
+    /// filter.set_external_rebuild(Some(std::sync::Arc::new(Owner)));
+    /// assert_eq!(filter.reload_from(&vec![5u64, 6]).await?, Reloaded::Rebuilt { keys: 2 });
+    /// assert!(!filter.contains(&5u64)); // this filter was not rebuilt here
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn rebuild<'a>(
+        &'a self,
+        source: &'a dyn ErasedKeySource,
+    ) -> Pin<Box<dyn Future<Output = Result<Reloaded, BoxError>> + Send + 'a>>;
 }
 
 /// A rebuild started by [`SharedFilter::start_building`]: every insert also writes

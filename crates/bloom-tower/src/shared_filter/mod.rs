@@ -62,6 +62,7 @@
 mod external;
 mod pending;
 mod rebuild;
+mod remote;
 mod saturation;
 mod snapshot;
 mod start;
@@ -71,7 +72,7 @@ use std::fmt;
 use std::ops::Deref;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockWriteGuard, Weak};
 use std::time::Duration;
 
 use arc_swap::{ArcSwap, ArcSwapOption};
@@ -81,10 +82,13 @@ use tokio::sync::{Notify, watch};
 use crate::key_source::Watermark;
 use crate::stats::{FilterCounters, FilterStats};
 
-pub use external::{AlreadyBuilding, Building, InsertHook};
+pub use external::{
+    AlreadyBuilding, Building, ErasedKeySource, ExternalRebuild, InsertHook, RejectionOverride,
+};
 pub(crate) use pending::AfterCommit;
 pub use pending::PendingInsert;
 pub use rebuild::{BackgroundTask, ReloadError, ReloadErrorKind, Reloaded};
+pub(crate) use remote::ForgetByDigest;
 pub use saturation::SaturationReport;
 pub use snapshot::SnapshotError;
 pub use start::Started;
@@ -149,6 +153,22 @@ struct Shared {
     /// Called with every inserted key's bytes, after the local writes (see
     /// [`SharedFilter::set_insert_hook`]).
     hook: ArcSwapOption<InsertHook>,
+    /// Asked before every rejection whether to let the key through instead (see
+    /// [`SharedFilter::set_rejection_override`]).
+    rejection_override: ArcSwapOption<RejectionOverride>,
+    /// Called with a key's bytes by a [`PendingInsert`] once its after-commit work is done
+    /// (see [`SharedFilter::set_commit_hook`]).
+    commit_hook: ArcSwapOption<InsertHook>,
+    /// Runs this filter's rebuilds instead of [`SharedFilter::reload_from`] when set (see
+    /// [`SharedFilter::set_external_rebuild`]).
+    external: ArcSwapOption<Arc<dyn ExternalRebuild>>,
+    /// [`SharedFilter::key_digest`]'s keyed hash: derived from the hash key of the filter
+    /// this was built with, and kept when a rebuild rotates that key (instances rotate
+    /// independently; their digests must still agree).
+    digest: siphasher::sip::SipHasher13,
+    /// The caches built on this filter, for [`SharedFilter::forget_remote`]; weak, so a
+    /// dropped cache is not kept alive (pruned when next touched).
+    caches: Mutex<Vec<Weak<dyn ForgetByDigest>>>,
     /// The number of the newest generation created; they are created and published one at a
     /// time (under `rebuild`), so a larger number means published later.
     generations: AtomicU64,
@@ -269,7 +289,9 @@ impl SharedFilter {
     #[inline]
     pub fn contains<K: Key + ?Sized>(&self, key: &K) -> bool {
         let current = self.shared.current.load();
-        current.filter.contains(key) || (current.verifying && self.shared.let_through())
+        current.filter.contains(key)
+            || (current.verifying && self.shared.let_through())
+            || self.shared.doubt_rejection()
     }
 
     /// Whether the serving filter is a snapshot still waiting for a full rebuild (and so
@@ -515,6 +537,13 @@ impl Shared {
         true
     }
 
+    /// A would-be rejection: whether the installed override lets it through.
+    #[inline]
+    fn doubt_rejection(&self) -> bool {
+        let gate = self.rejection_override.load();
+        gate.as_deref().is_some_and(|gate| gate())
+    }
+
     /// A new, empty generation, numbered after every earlier one.
     fn next_generation(&self, filter: AnyFilter) -> Generation {
         Generation::empty(filter, self.generations.fetch_add(1, Relaxed) + 1)
@@ -675,6 +704,7 @@ impl SharedFilterBuilder {
         let filter = &generation.filter;
         let capacity = self.capacity.or(filter.capacity()).unwrap_or(0);
         let fpr = self.fpr.or(filter.target_fpr()).unwrap_or(DEFAULT_FPR);
+        let digest = remote::digester(filter.seed());
         let (closed, _) = watch::channel(());
         SharedFilter {
             shared: Arc::new(Shared {
@@ -683,6 +713,11 @@ impl SharedFilterBuilder {
                 building: RwLock::new(None),
                 rebuild: Arc::new(tokio::sync::Mutex::new(rebuild::Slot::default())),
                 hook: ArcSwapOption::empty(),
+                rejection_override: ArcSwapOption::empty(),
+                commit_hook: ArcSwapOption::empty(),
+                external: ArcSwapOption::empty(),
+                digest,
+                caches: Mutex::new(Vec::new()),
                 generations: AtomicU64::new(0),
                 capacity: AtomicU64::new(capacity),
                 fpr,

@@ -120,7 +120,18 @@ impl PendingInsert {
             cache.fence();
             cache.forget().await;
         }
+        self.filter.committed_hook(&self.key);
         self.done = true;
+    }
+}
+
+impl SharedFilter {
+    /// Tells the [commit hook](Self::set_commit_hook), if any, that `key`'s after-commit work
+    /// is done.
+    fn committed_hook(&self, key: &[u8]) {
+        if let Some(hook) = self.shared.commit_hook.load().as_deref() {
+            hook(key);
+        }
     }
 }
 
@@ -136,6 +147,9 @@ impl Drop for PendingInsert {
         if let Some(cache) = &cache {
             cache.fence();
         }
+        // Now rather than in the task below, which a runtime shutting down may never run:
+        // other instances must hear of the commit, and they do not wait for this cache.
+        filter.committed_hook(&key);
         // No runtime (a program shutting down): the filter writes above are what matters.
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
@@ -150,6 +164,7 @@ impl Drop for PendingInsert {
                 cache.fence();
                 cache.forget().await;
             }
+            filter.committed_hook(&key);
         });
     }
 }

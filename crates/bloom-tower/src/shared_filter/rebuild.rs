@@ -12,7 +12,7 @@ use futures_util::StreamExt;
 use tokio::sync::{MutexGuard, Notify};
 use tokio::task::JoinHandle;
 
-use super::{Generation, Shared, SharedFilter};
+use super::{ErasedKeySource, Generation, Shared, SharedFilter};
 use crate::key_source::{BoxError, KeySource};
 use crate::stats::RebuildOutcome;
 
@@ -48,6 +48,11 @@ pub enum Reloaded {
         /// Keys read by the rebuild it waited for.
         keys: u64,
     },
+    /// The filter is replicated and another instance is running the rebuild: this one
+    /// switches to the new filter when it is published. Returned by an
+    /// [`ExternalRebuild`](super::ExternalRebuild) owner (see
+    /// [`SharedFilter::set_external_rebuild`]), never by a local rebuild.
+    Elsewhere,
 }
 
 /// Why a rebuild failed. The previous filter keeps serving and the handle stays usable.
@@ -69,6 +74,11 @@ enum Repr {
         "the rebuild this call waited for failed ({reason}); the previous filter keeps serving"
     )]
     Concurrent { reason: Arc<str> },
+    #[error(
+        "the rebuild was run by the filter's replication layer and failed; the previous filter \
+         keeps serving"
+    )]
+    External(#[source] BoxError),
 }
 
 /// What kind of failure a [`ReloadError`] is.
@@ -81,6 +91,9 @@ pub enum ReloadErrorKind {
     Source,
     /// This call waited for a concurrent rebuild, which failed.
     Concurrent,
+    /// The filter's replication layer ran the rebuild (see
+    /// [`SharedFilter::set_external_rebuild`]) and it failed.
+    External,
 }
 
 impl ReloadError {
@@ -90,6 +103,7 @@ impl ReloadError {
             Repr::Size(_) => ReloadErrorKind::Size,
             Repr::Source { .. } => ReloadErrorKind::Source,
             Repr::Concurrent { .. } => ReloadErrorKind::Concurrent,
+            Repr::External(_) => ReloadErrorKind::External,
         }
     }
 
@@ -190,10 +204,24 @@ impl SharedFilter {
     ///
     /// If the source fails, or this future is dropped, the old filter keeps serving with
     /// nothing lost and later rebuilds work normally.
+    ///
+    /// With an owner installed by [`set_external_rebuild`](Self::set_external_rebuild) (a
+    /// replication layer), this call hands `source` to it instead and returns what it
+    /// returns (e.g. [`Reloaded::Elsewhere`]); nothing is rebuilt locally, and its failure is
+    /// an error of kind [`External`](ReloadErrorKind::External).
     pub async fn reload_from<S>(&self, source: &S) -> Result<Reloaded, ReloadError>
     where
-        S: KeySource + ?Sized,
+        S: KeySource + Sync + ?Sized,
     {
+        // Before the rebuild slot: the owner may fill this filter with `start_building`,
+        // which takes it.
+        if let Some(owner) = self.external_rebuild() {
+            let source: &dyn ErasedKeySource = &source;
+            return owner
+                .rebuild(source)
+                .await
+                .map_err(|error| ReloadError(Repr::External(error)));
+        }
         let counters = &self.shared.counters;
         let finished_before = counters.finished_rebuilds();
         let slot = match self.shared.rebuild.try_lock() {
@@ -308,7 +336,7 @@ impl SharedFilter {
     /// (every clone, every guard holding one) is dropped. A failed rebuild is logged with
     /// `tracing` at `warn` and the old filter keeps serving; the next one runs on schedule.
     /// With [`auto_grow`](crate::SharedFilterBuilder::auto_grow), saturation triggers a rebuild
-    /// at once.
+    /// at once. With an [owner](Self::set_external_rebuild) installed, each one goes to it.
     ///
     /// While the filter is [verifying](Self::is_verifying) (a snapshot that could not be
     /// caught up), the first rebuild runs at once and a failed one is retried after 1 s,

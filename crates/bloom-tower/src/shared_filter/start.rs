@@ -94,7 +94,7 @@ impl SharedFilterBuilder {
         source: &S,
     ) -> Result<(SharedFilter, Started), ReloadError>
     where
-        S: KeySource + ?Sized,
+        S: KeySource + Sync + ?Sized,
     {
         let initial = initial.into();
         let refused = match self.snapshot.clone() {
@@ -120,6 +120,8 @@ impl SharedFilterBuilder {
         let filter = self.build(initial);
         let keys = match filter.reload_from(source).await? {
             Reloaded::Rebuilt { keys } | Reloaded::Joined { keys } => keys,
+            // Only with an external owner, and nobody could install one on a filter built here.
+            Reloaded::Elsewhere => 0,
         };
         tracing::info!(filter = %filter.name(), keys, "built the filter from the source");
         Ok((filter, Started::Rebuilt { keys, refused }))

@@ -1,0 +1,237 @@
+//! [`RedisSyncBuilder`]: every setting of a [`RedisSync`], and [`StalePolicy`].
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bloom_tower::SharedFilter;
+
+use crate::{Error, RedisSync};
+
+/// What a would-be rejection does while this instance's view is stale (it has not heard
+/// from every instance within `stale_after`, so it may be missing inserts made elsewhere).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum StalePolicy {
+    /// Let it through: the cache and the database answer. No real user is turned away; the
+    /// database sees the would-be rejections for as long as the view is stale. The default.
+    #[default]
+    LetThrough,
+    /// Reject from the local filter, as when fresh: it still holds every key this instance
+    /// inserted or received; keys created elsewhere meanwhile are answered "absent".
+    ServeLocal,
+    /// Let through at most `per_second` would-be rejections each second and reject the rest:
+    /// real users are let through up to the budget, and a flood of absent keys during a long
+    /// outage cannot push more than that to the database.
+    LetThroughUpTo {
+        /// Would-be rejections let through per second.
+        per_second: u32,
+    },
+}
+
+/// Configures a [`RedisSync`]; from [`RedisSync::builder`].
+#[derive(Clone)]
+#[must_use]
+pub struct RedisSyncBuilder {
+    pub(crate) url: Arc<str>,
+    pub(crate) prefix: Option<String>,
+    pub(crate) reconcile_every: Duration,
+    pub(crate) pubsub: bool,
+    pub(crate) segment_bytes: u64,
+    pub(crate) lock_ttl: Duration,
+    pub(crate) ack_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+    pub(crate) heartbeat: Duration,
+    pub(crate) stale_after: Duration,
+    pub(crate) member_timeout: Duration,
+    pub(crate) on_stale: StalePolicy,
+    pub(crate) publish_timeout: Option<Duration>,
+    pub(crate) min_rebuild_fraction: f64,
+    pub(crate) refill_below: f64,
+}
+
+impl fmt::Debug for RedisSyncBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The URL may hold a password: not printed.
+        f.debug_struct("RedisSyncBuilder")
+            .field("prefix", &self.prefix)
+            .field("reconcile_every", &self.reconcile_every)
+            .field("pubsub", &self.pubsub)
+            .field("segment_bytes", &self.segment_bytes)
+            .field("lock_ttl", &self.lock_ttl)
+            .field("heartbeat", &self.heartbeat)
+            .field("stale_after", &self.stale_after)
+            .field("on_stale", &self.on_stale)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Redis's limit on one string value.
+const MAX_SEGMENT: u64 = 512 << 20;
+
+impl RedisSyncBuilder {
+    pub(crate) fn new(url: &str) -> Self {
+        Self {
+            url: url.into(),
+            prefix: None,
+            reconcile_every: Duration::from_secs(10),
+            pubsub: true,
+            segment_bytes: 64 << 20,
+            lock_ttl: Duration::from_secs(30),
+            ack_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(2),
+            heartbeat: Duration::from_millis(100),
+            stale_after: Duration::from_secs(1),
+            member_timeout: Duration::from_secs(30),
+            on_stale: StalePolicy::LetThrough,
+            publish_timeout: None,
+            min_rebuild_fraction: 0.5,
+            refill_below: 0.9,
+        }
+    }
+
+    /// How often every instance publishes a heartbeat (default 100 ms). A heartbeat follows
+    /// every insert the instance published before it, so receiving one proves the receiver
+    /// has those inserts.
+    pub fn heartbeat(mut self, interval: Duration) -> Self {
+        self.heartbeat = interval;
+        self
+    }
+
+    /// How long without a heartbeat from some instance (itself included) before this
+    /// instance's view counts as stale (default 1 s): the bound on how long a key created
+    /// elsewhere can be answered "absent" here while pub/sub is stalled.
+    pub fn stale_after(mut self, bound: Duration) -> Self {
+        self.stale_after = bound;
+        self
+    }
+
+    /// How long an instance that stopped sending heartbeats without saying goodbye (killed, or
+    /// cut off from Redis) is waited for before it is presumed gone (default 30 s). Keys it
+    /// created while cut off are answered "absent" by the others after that, until it
+    /// reconnects (its reconciliation pushes them) or the next rebuild.
+    pub fn member_timeout(mut self, timeout: Duration) -> Self {
+        self.member_timeout = timeout;
+        self
+    }
+
+    /// What a would-be rejection does while the view is stale (default
+    /// [`StalePolicy::LetThrough`]).
+    pub fn on_stale(mut self, policy: StalePolicy) -> Self {
+        self.on_stale = policy;
+        self
+    }
+
+    /// How long [`RedisSync::propagated`] waits for this instance's inserts to be in Redis and
+    /// published (default `stale_after` plus two heartbeats: when it gives up, instances that
+    /// share the fault have already gone stale).
+    pub fn publish_timeout(mut self, timeout: Duration) -> Self {
+        self.publish_timeout = Some(timeout);
+        self
+    }
+
+    /// A rebuild whose new generation holds fewer than this fraction of the serving one's
+    /// estimated keys is not switched in (default 0.5; 0 turns the check off): see
+    /// [`Error::Shrunk`].
+    pub fn min_rebuild_fraction(mut self, fraction: f64) -> Self {
+        self.min_rebuild_fraction = fraction;
+        self
+    }
+
+    /// [`RedisSync::refill_if_lost`] rebuilds when the shared filter holds fewer than this
+    /// fraction of the source's count hint (default 0.9: a filter holds every current key,
+    /// and its estimate is within a percent or two).
+    pub fn refill_below(mut self, fraction: f64) -> Self {
+        self.refill_below = fraction;
+        self
+    }
+
+    pub(crate) fn effective_publish_timeout(&self) -> Duration {
+        self.publish_timeout
+            .unwrap_or(self.stale_after + self.heartbeat * 2)
+    }
+
+    /// Prefix of every Redis key and of the channel; one per shared filter. Defaults to
+    /// `bloom-guard:` followed by the filter's [name](SharedFilter::name).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = Some(prefix.into());
+        self
+    }
+
+    /// How often to merge in both directions with Redis (default 10 s): the bound on how long
+    /// a bit missed by pub/sub (or set during an outage) takes to reach every instance.
+    pub fn reconcile_every(mut self, interval: Duration) -> Self {
+        self.reconcile_every = interval;
+        self
+    }
+
+    /// Propagate inserts at once through pub/sub (default on). Off, instances converge by
+    /// reconciliation alone.
+    pub fn pubsub(mut self, on: bool) -> Self {
+        self.pubsub = on;
+        self
+    }
+
+    /// Bytes of the bit array per Redis key (default 64 MiB; at most 512 MiB, Redis's
+    /// value limit; a multiple of 8).
+    pub fn segment_bytes(mut self, bytes: u64) -> Self {
+        self.segment_bytes = bytes;
+        self
+    }
+
+    /// The rebuild lock's time to live (default 30 s), refreshed at each step of a rebuild.
+    pub fn lock_ttl(mut self, ttl: Duration) -> Self {
+        self.lock_ttl = ttl;
+        self
+    }
+
+    /// How long a rebuild waits for every live instance to start double-writing before it
+    /// reads its source (default 2 s). Instances that miss it carry their bits over.
+    pub fn ack_timeout(mut self, timeout: Duration) -> Self {
+        self.ack_timeout = timeout;
+        self
+    }
+
+    /// Timeout of each Redis command (default 2 s).
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Joins the filter shared in Redis: checks the parameters, merges in both directions,
+    /// installs the insert hook and starts the background tasks (inside a Tokio runtime).
+    ///
+    /// Fails if Redis is unreachable now or holds different parameters; once joined, outages
+    /// are survived.
+    pub async fn connect(self, filter: SharedFilter) -> Result<RedisSync, Error> {
+        if self.segment_bytes == 0 || self.segment_bytes % 8 != 0 {
+            return Err(Error::Config(
+                "segment_bytes must be a positive multiple of 8",
+            ));
+        }
+        if self.segment_bytes > MAX_SEGMENT {
+            return Err(Error::Config(
+                "segment_bytes must be at most 512 MiB (Redis's value limit)",
+            ));
+        }
+        if self.reconcile_every.is_zero() {
+            return Err(Error::Config("reconcile_every must be positive"));
+        }
+        if self.heartbeat.is_zero() || self.stale_after <= self.heartbeat {
+            return Err(Error::Config(
+                "heartbeat must be positive and shorter than stale_after",
+            ));
+        }
+        if self.member_timeout < self.stale_after {
+            return Err(Error::Config("member_timeout must be at least stale_after"));
+        }
+        if !(0.0..=1.0).contains(&self.min_rebuild_fraction)
+            || !(0.0..=1.0).contains(&self.refill_below)
+        {
+            return Err(Error::Config(
+                "min_rebuild_fraction and refill_below must be between 0 and 1",
+            ));
+        }
+        RedisSync::connect(self, filter).await
+    }
+}

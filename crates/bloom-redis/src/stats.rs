@@ -1,0 +1,89 @@
+//! What [`RedisSync`](crate::RedisSync) reports: rebuild outcomes, reconciliation passes,
+//! connection and freshness state.
+
+use std::time::Duration;
+
+/// What [`RedisSync::rebuild`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Rebuilt {
+    /// This instance held the lock, read the source and published a new generation.
+    Rebuilt {
+        /// Keys read from the source.
+        keys: u64,
+        /// The new generation.
+        generation: u64,
+    },
+    /// Another instance holds the rebuild lock: this one did not read its source; it will
+    /// switch to the other's generation when that is published.
+    Skipped,
+}
+
+/// One reconciliation pass.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReconcileReport {
+    /// How long it took.
+    pub elapsed: Duration,
+    /// Bytes read from Redis (every segment of every active generation).
+    pub bytes_pulled: u64,
+    /// Bytes written to Redis (only segments where this instance had bits Redis lacked).
+    pub bytes_pushed: u64,
+    /// Segments written.
+    pub segments_pushed: u64,
+}
+
+/// Connection state and counters; see [`RedisSync::stats`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RedisStats {
+    /// Whether the last exchange with Redis succeeded. While `false` the local filter
+    /// keeps answering and accepting inserts; they are pushed on reconnection.
+    pub connected: bool,
+    /// The generation this instance serves.
+    pub generation: u64,
+    /// The generation being rebuilt (by any instance) that this instance double-writes.
+    pub building: Option<u64>,
+    /// Successful reconciliations.
+    pub reconciles: u64,
+    /// Failed reconciliations (Redis unreachable).
+    pub reconcile_errors: u64,
+    /// The last successful reconciliation.
+    pub last_reconcile: Option<ReconcileReport>,
+    /// Insert batches written to Redis and published.
+    pub published: u64,
+    /// Insert batches that could not be written (they are pushed by reconciliation).
+    pub publish_errors: u64,
+    /// Insert batches received from other instances.
+    pub received: u64,
+    /// Generation switches.
+    pub switches: u64,
+    /// Rebuilds this instance ran.
+    pub rebuilds: u64,
+    /// Rebuilds this instance refused to switch in because the new generation was too small
+    /// ([`Error::Shrunk`](crate::Error::Shrunk)).
+    pub refused_switches: u64,
+    /// Rebuilds started because Redis held clearly fewer keys than the source
+    /// ([`RedisSync::refill_if_lost`](crate::RedisSync::refill_if_lost)).
+    pub refills: u64,
+    /// Whether this instance's view is fresh: it has heard, within `stale_after`, from every
+    /// instance it knows (itself included, which proves its own publishing and subscription
+    /// work), and has pulled everything those instances could not publish. While `false`,
+    /// the [`StalePolicy`](crate::StalePolicy) decides what a would-be rejection does.
+    pub fresh: bool,
+    /// How long the view has been stale, while it is.
+    pub stale_for: Option<Duration>,
+    /// Why the view is stale, while it is (for example "no heartbeat from instance 1f2e… for
+    /// 1.2 s").
+    pub stale_reason: Option<String>,
+    /// Times the view went stale.
+    pub stale_periods: u64,
+    /// Would-be rejections let through because the view was stale.
+    pub stale_let_through: u64,
+    /// Would-be rejections kept while stale (`ServeLocal`, or beyond the budget).
+    pub stale_rejected: u64,
+    /// Instances whose heartbeats this one waits for (itself included).
+    pub instances: usize,
+    /// [`RedisSync::propagated`](crate::RedisSync::propagated) calls that timed out.
+    pub not_propagated: u64,
+}

@@ -1,0 +1,341 @@
+//! Whether this instance's view may be missing inserts made elsewhere, and what a would-be
+//! rejection does then.
+//!
+//! Every instance publishes heartbeats that follow everything it published (see
+//! [`publisher`](super::publisher)). The view is **fresh** while, within `stale_after`, a
+//! heartbeat arrived from every instance it knows — itself included, which proves that its
+//! own publishing and its subscription both work — and nothing it must pull is outstanding
+//! (after a resubscription, or an instance's resync epoch). A key inserted and published on
+//! any of those instances before its last heartbeat is then in our filter. Otherwise the view
+//! is **stale** and the [`StalePolicy`] decides: the cost is one clock read on the path of a
+//! would-be rejection only.
+//!
+//! An instance is known from its first heartbeat until it says it is leaving, or until it
+//! has been silent for `member_timeout` (presumed gone: killed, or cut off for good).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use super::{Inner, lock};
+use crate::{RedisSyncBuilder, StalePolicy, names};
+
+pub(super) struct Freshness {
+    base: Instant,
+    me: u64,
+    prefix: String,
+    policy: StalePolicy,
+    stale_after: u64,
+    member_timeout: u64,
+    /// Milliseconds since `base` until which the view is fresh; 0: stale now.
+    fresh_until: AtomicU64,
+    view: Mutex<View>,
+    let_through: AtomicU64,
+    rejected: AtomicU64,
+    /// The second (since `base`) the budget counts, and what it has let through in it.
+    budget_second: AtomicU64,
+    budget_used: AtomicU64,
+}
+
+#[derive(Default)]
+struct View {
+    members: HashMap<u64, Member>,
+    subscribed: bool,
+    /// Since when (ms) a pull is owed because of a (re)subscription.
+    pull_owed_since: Option<u64>,
+    publishing_failed: bool,
+    /// Why the view is stale, from the last evaluation.
+    reason: Option<String>,
+    /// When the current stale period began (ms), as the watcher saw it.
+    stale_since: Option<u64>,
+    /// `let_through` when it began, for the summary logged when it ends.
+    let_through_at_start: u64,
+    periods: u64,
+}
+
+struct Member {
+    last_heartbeat: u64,
+    epoch: u64,
+    /// Since when (ms) a pull is owed because this member bumped its resync epoch.
+    pull_owed_since: Option<u64>,
+}
+
+/// The view's state, for [`RedisSync::stats`](crate::RedisSync::stats).
+pub(super) struct Report {
+    pub(super) fresh: bool,
+    pub(super) stale_for: Option<Duration>,
+    pub(super) reason: Option<String>,
+    pub(super) periods: u64,
+    pub(super) let_through: u64,
+    pub(super) rejected: u64,
+    pub(super) instances: usize,
+}
+
+impl Freshness {
+    pub(super) fn new(cfg: &RedisSyncBuilder, me: u64, prefix: &str) -> Self {
+        Self {
+            base: Instant::now(),
+            me,
+            prefix: prefix.to_owned(),
+            policy: cfg.on_stale,
+            stale_after: cfg.stale_after.as_millis() as u64,
+            member_timeout: cfg.member_timeout.as_millis() as u64,
+            fresh_until: AtomicU64::new(0),
+            view: Mutex::new(View::default()),
+            let_through: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
+            budget_second: AtomicU64::new(0),
+            budget_used: AtomicU64::new(0),
+        }
+    }
+
+    /// Milliseconds since `base`, from 1.
+    fn now(&self) -> u64 {
+        self.base.elapsed().as_millis() as u64 + 1
+    }
+
+    pub(super) fn is_fresh(&self) -> bool {
+        self.now() <= self.fresh_until.load(Relaxed)
+    }
+
+    /// The rejection override: whether a key the filter would reject is let through.
+    pub(super) fn let_through(&self) -> bool {
+        if self.is_fresh() {
+            return false;
+        }
+        let allowed = match self.policy {
+            StalePolicy::LetThrough => true,
+            StalePolicy::ServeLocal => false,
+            StalePolicy::LetThroughUpTo { per_second } => {
+                let second = self.now() / 1000;
+                let counted = self.budget_second.load(Relaxed);
+                if counted != second
+                    && self
+                        .budget_second
+                        .compare_exchange(counted, second, Relaxed, Relaxed)
+                        .is_ok()
+                {
+                    self.budget_used.store(0, Relaxed);
+                }
+                self.budget_used.fetch_add(1, Relaxed) < u64::from(per_second)
+            }
+        };
+        if allowed {
+            self.let_through.fetch_add(1, Relaxed);
+            metrics::counter!(names::STALE_LET_THROUGH, "prefix" => self.prefix.clone())
+                .increment(1);
+        } else {
+            self.rejected.fetch_add(1, Relaxed);
+            metrics::counter!(names::STALE_REJECTED, "prefix" => self.prefix.clone()).increment(1);
+        }
+        allowed
+    }
+
+    /// A heartbeat from `sender` (ourselves included). `true` if it asks for a pull (its
+    /// resync epoch moved): the caller wakes the reconciler.
+    pub(super) fn heartbeat(&self, sender: u64, epoch: u64) -> bool {
+        let now = self.now();
+        let mut view = lock(&self.view);
+        let mut pull = false;
+        let member = view.members.entry(sender).or_insert_with(|| {
+            tracing::debug!(prefix = %self.prefix, instance = format_args!("{sender:016x}"), "heard from a new instance");
+            Member {
+                last_heartbeat: now,
+                epoch,
+                pull_owed_since: None,
+            }
+        });
+        member.last_heartbeat = now;
+        if epoch > member.epoch {
+            member.epoch = epoch;
+            member.pull_owed_since = Some(now);
+            pull = true;
+        }
+        self.evaluate(&mut view, now);
+        pull
+    }
+
+    /// `sender` left cleanly: stop waiting for it.
+    pub(super) fn leaving(&self, sender: u64) {
+        let now = self.now();
+        let mut view = lock(&self.view);
+        if view.members.remove(&sender).is_some() {
+            tracing::info!(prefix = %self.prefix, instance = format_args!("{sender:016x}"), "an instance left");
+        }
+        self.evaluate(&mut view, now);
+    }
+
+    /// The subscription is (re)established: messages sent while it was down are lost, so a
+    /// pull that starts from now on is owed.
+    pub(super) fn subscribed(&self) {
+        let now = self.now();
+        let mut view = lock(&self.view);
+        view.subscribed = true;
+        view.pull_owed_since = Some(now);
+        self.evaluate(&mut view, now);
+    }
+
+    pub(super) fn unsubscribed(&self) {
+        let now = self.now();
+        let mut view = lock(&self.view);
+        view.subscribed = false;
+        self.evaluate(&mut view, now);
+    }
+
+    /// Whether our own last publish succeeded.
+    pub(super) fn publishing(&self, ok: bool) {
+        let now = self.now();
+        let mut view = lock(&self.view);
+        if view.publishing_failed == ok {
+            view.publishing_failed = !ok;
+            self.evaluate(&mut view, now);
+        }
+    }
+
+    /// The time a pull begins, to pass to [`pulled`](Self::pulled) once it succeeded.
+    pub(super) fn pull_started(&self) -> u64 {
+        self.now()
+    }
+
+    /// A pull that began at `started` read every segment: what was owed before it is paid.
+    pub(super) fn pulled(&self, started: u64) {
+        let now = self.now();
+        let mut view = lock(&self.view);
+        if view.pull_owed_since.is_some_and(|since| since <= started) {
+            view.pull_owed_since = None;
+        }
+        for member in view.members.values_mut() {
+            if member.pull_owed_since.is_some_and(|since| since <= started) {
+                member.pull_owed_since = None;
+            }
+        }
+        self.evaluate(&mut view, now);
+    }
+
+    /// Recomputes `fresh_until` and the reason.
+    fn evaluate(&self, view: &mut View, now: u64) {
+        let (until, reason) = self.judge(view, now);
+        self.fresh_until.store(until, Relaxed);
+        view.reason = reason;
+    }
+
+    fn judge(&self, view: &View, now: u64) -> (u64, Option<String>) {
+        if !view.subscribed {
+            return (0, Some("not subscribed to the channel".into()));
+        }
+        if view.pull_owed_since.is_some() {
+            return (
+                0,
+                Some("pulling what was published while unsubscribed".into()),
+            );
+        }
+        if view.publishing_failed {
+            return (0, Some("its own inserts cannot be published".into()));
+        }
+        if !view.members.contains_key(&self.me) {
+            return (0, Some("its own heartbeats do not come back".into()));
+        }
+        let mut until = u64::MAX;
+        let mut reason = None;
+        for (&id, member) in &view.members {
+            if member.pull_owed_since.is_some() {
+                return (
+                    0,
+                    Some(format!(
+                        "pulling the bits instance {id:016x} pushed instead of publishing"
+                    )),
+                );
+            }
+            let deadline = member.last_heartbeat + self.stale_after;
+            if deadline < until {
+                until = deadline;
+                if deadline < now {
+                    reason = Some(if id == self.me {
+                        format!(
+                            "its own heartbeats have not come back for {} ms",
+                            now - member.last_heartbeat
+                        )
+                    } else {
+                        format!(
+                            "no heartbeat from instance {id:016x} for {} ms",
+                            now - member.last_heartbeat
+                        )
+                    });
+                }
+            }
+        }
+        (until, reason)
+    }
+
+    /// Forgets instances silent for `member_timeout`, and logs and reports the transitions
+    /// between fresh and stale. Called every heartbeat.
+    fn watch(&self) {
+        let now = self.now();
+        let mut view = lock(&self.view);
+        let me = self.me;
+        let timeout = self.member_timeout;
+        let prefix = &self.prefix;
+        view.members.retain(|&id, member| {
+            let gone = id != me && now.saturating_sub(member.last_heartbeat) > timeout;
+            if gone {
+                tracing::warn!(prefix = %prefix, instance = format_args!("{id:016x}"), silent_ms = now - member.last_heartbeat, "an instance has been silent for member_timeout: presumed gone, no longer waited for");
+            }
+            !gone
+        });
+        self.evaluate(&mut view, now);
+        let fresh = now <= self.fresh_until.load(Relaxed);
+        let let_through = self.let_through.load(Relaxed);
+        match (fresh, view.stale_since) {
+            (false, None) => {
+                let since = self.fresh_until.load(Relaxed).clamp(1, now);
+                view.stale_since = Some(since);
+                view.let_through_at_start = let_through;
+                view.periods += 1;
+                tracing::warn!(prefix = %self.prefix, reason = view.reason.as_deref().unwrap_or(""), policy = ?self.policy, "the view of the shared filter is stale: it may miss keys created on other instances");
+            }
+            (true, Some(since)) => {
+                view.stale_since = None;
+                tracing::info!(prefix = %self.prefix, stale_ms = now - since, let_through = let_through - view.let_through_at_start, "the view of the shared filter is fresh again");
+            }
+            _ => {}
+        }
+        metrics::gauge!(names::STALE, "prefix" => self.prefix.clone()).set(if fresh {
+            0.0
+        } else {
+            1.0
+        });
+        metrics::gauge!(names::INSTANCES, "prefix" => self.prefix.clone())
+            .set(view.members.len() as f64);
+    }
+
+    pub(super) fn report(&self) -> Report {
+        let now = self.now();
+        let view = lock(&self.view);
+        let fresh = now <= self.fresh_until.load(Relaxed);
+        let (until, reason) = self.judge(&view, now);
+        let stale_for = (!fresh).then(|| {
+            let since = view.stale_since.unwrap_or(until.clamp(1, now));
+            Duration::from_millis(now.saturating_sub(since))
+        });
+        Report {
+            fresh,
+            stale_for,
+            reason: if fresh { None } else { reason },
+            periods: view.periods,
+            let_through: self.let_through.load(Relaxed),
+            rejected: self.rejected.load(Relaxed),
+            instances: view.members.len(),
+        }
+    }
+}
+
+impl Inner {
+    /// Every heartbeat: forget silent instances, report transitions.
+    pub(super) async fn watch_freshness(self: std::sync::Arc<Self>) {
+        loop {
+            tokio::time::sleep(self.cfg.heartbeat).await;
+            self.freshness.watch();
+        }
+    }
+}

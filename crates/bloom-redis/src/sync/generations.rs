@@ -1,0 +1,236 @@
+//! Generations: which local filters a generation's bits go into, following a rebuild run by
+//! another instance, and switching to a new generation.
+//!
+//! **Routing rule** (what keeps a switch from un-learning keys): bits of the serving
+//! generation — received or pulled — also go into the generation being built, and bits of an
+//! older generation go into the serving one (and the one being built). An instance that
+//! missed a rebuild's start (it acknowledged late, or never) writes its inserts into the old
+//! generation only; without the rule, every instance that switched on time would drop them.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use bloom_core::BloomFilter;
+use bloom_tower::{Building, CurrentFilter};
+
+use super::{Inner, lock};
+use crate::Error;
+use crate::protocol;
+use crate::scripts::{self, Ack};
+
+pub(super) struct Build {
+    pub(super) generation: u64,
+    pub(super) handle: Building,
+    /// Whether this instance double-wrote it from before its source was read (acked before
+    /// the seal). If not, its serving bits are carried over at the switch.
+    pub(super) in_time: bool,
+    /// Whether this instance runs the rebuild.
+    pub(super) mine: bool,
+}
+
+impl Inner {
+    /// The local filter holding exactly `generation`, if it is the serving or the building one.
+    pub(super) fn filter_of(&self, generation: u64) -> Option<CurrentFilter> {
+        let state = lock(&self.state);
+        if generation == state.generation {
+            Some(self.filter.current())
+        } else {
+            state
+                .building
+                .as_ref()
+                .filter(|b| b.generation == generation)
+                .map(|b| b.handle.handle())
+        }
+    }
+
+    /// The local filters that bits of `generation` go into (the routing rule above); empty
+    /// for a generation newer than any we know.
+    fn targets(&self, generation: u64) -> Vec<CurrentFilter> {
+        let state = lock(&self.state);
+        let building = state.building.as_ref();
+        if generation <= state.generation {
+            std::iter::once(self.filter.current())
+                .chain(building.map(|b| b.handle.handle()))
+                .collect()
+        } else {
+            building
+                .filter(|b| b.generation == generation)
+                .map(|b| b.handle.handle())
+                .into_iter()
+                .collect()
+        }
+    }
+
+    /// Sets received bits of `generation` in the filters it goes into; `false` if we do not
+    /// know that generation yet.
+    pub(super) fn absorb_bits(&self, generation: u64, bits: &[u64]) -> bool {
+        let targets = self.targets(generation);
+        let words = self.shape.bits.div_ceil(64);
+        for target in &targets {
+            let Some(filter) = target.as_plain() else {
+                continue; // reported by the next reconciliation
+            };
+            for &bit in bits {
+                if bit / 64 < words {
+                    filter.union_words((bit / 64) as usize, &[1 << (bit % 64)]);
+                }
+            }
+        }
+        !targets.is_empty()
+    }
+
+    /// ORs words pulled from `generation`'s segment (starting at word `first`) into `filter`
+    /// (that generation's local copy) and, per the routing rule, what is new in them into the
+    /// generation being built.
+    pub(super) fn absorb_pulled(
+        &self,
+        generation: u64,
+        filter: &BloomFilter,
+        first: usize,
+        pulled: &[u64],
+    ) {
+        let building = {
+            let state = lock(&self.state);
+            state
+                .building
+                .as_ref()
+                .filter(|b| generation == state.generation && b.generation != generation)
+                .map(|b| b.handle.handle())
+        };
+        if let Some(building) = building.as_ref().and_then(|b| b.as_plain()) {
+            let new: Vec<u64> = filter
+                .words()
+                .skip(first)
+                .zip(pulled)
+                .map(|(local, &remote)| remote & !local)
+                .collect();
+            building.union_words(first, &new);
+        }
+        filter.union_words(first, pulled);
+    }
+
+    /// Starts (or drops) the local double-write of a generation another instance rebuilds.
+    pub(super) async fn follow_building(
+        &self,
+        remote: Option<u64>,
+        serving: u64,
+    ) -> Result<(), Error> {
+        let start = {
+            let mut state = lock(&self.state);
+            let ours = state.building.as_ref().map(|b| (b.generation, b.mine));
+            match (remote, ours) {
+                (Some(b), None) if b > state.generation => Some(b),
+                (Some(b), Some((g, false))) if g != b && b > state.generation => {
+                    state.building = None; // an abandoned attempt, superseded
+                    Some(b)
+                }
+                (None, Some((g, false))) if g > serving => {
+                    // Abandoned (its rebuilder died and the marker expired): stop writing it.
+                    tracing::info!(prefix = %self.prefix, generation = g, "rebuild abandoned");
+                    state.building = None;
+                    None
+                }
+                _ => None,
+            }
+        };
+        let Some(generation) = start else {
+            return Ok(());
+        };
+        {
+            let mut state = lock(&self.state);
+            let handle = self
+                .filter
+                .start_building(self.shape.empty())
+                .map_err(|_| Error::Busy)?;
+            state.building = Some(Build {
+                generation,
+                handle,
+                in_time: false,
+                mine: false,
+            });
+        }
+        // Only now, with every later insert double-written, tell the rebuilder.
+        let mut conn = self.conn.clone();
+        let ack: Ack = scripts::ack()
+            .key(self.keys.acks(generation))
+            .key(self.keys.sealed(generation))
+            .arg(self.id)
+            .arg(self.ttl_ms().saturating_mul(10))
+            .invoke_async(&mut conn)
+            .await?;
+        let mut state = lock(&self.state);
+        if let Some(build) = state
+            .building
+            .as_mut()
+            .filter(|b| b.generation == generation)
+        {
+            build.in_time = ack == Ack::InTime;
+        }
+        tracing::debug!(prefix = %self.prefix, generation, ?ack, "double-writing a generation being rebuilt");
+        Ok(())
+    }
+
+    /// Makes `generation` serve locally: Redis's bits (and, if this instance did not
+    /// double-write it from the start, its serving bits) are merged into it first.
+    pub(super) async fn switch_to(&self, generation: u64) -> Result<(), Error> {
+        let mut pulled = Vec::new();
+        let mut conn = self.conn.clone();
+        for key in self.segment_keys(generation) {
+            let bytes: Option<Vec<u8>> = redis::cmd("GET").arg(key).query_async(&mut conn).await?;
+            pulled.push(bytes.unwrap_or_default());
+        }
+        let carried = {
+            let mut state = lock(&self.state);
+            if state.generation >= generation {
+                return Ok(());
+            }
+            let build = match state.building.take() {
+                Some(build) if build.generation == generation => build,
+                other => {
+                    drop(other);
+                    Build {
+                        generation,
+                        handle: self
+                            .filter
+                            .start_building(self.shape.empty())
+                            .map_err(|_| Error::Busy)?,
+                        in_time: false,
+                        mine: false,
+                    }
+                }
+            };
+            let next = build
+                .handle
+                .filter()
+                .as_plain()
+                .ok_or(Error::ShapeChanged)?;
+            if !build.in_time {
+                // Keys inserted here before we double-wrote may be missing from the source
+                // snapshot: carry every serving bit over (same shape, so OR is valid).
+                let current = self.filter.current();
+                let current = current.as_plain().ok_or(Error::ShapeChanged)?;
+                next.union(current).map_err(|_| Error::ShapeChanged)?;
+            }
+            self.merge_segments(next, &pulled);
+            let carried = !build.in_time;
+            build.handle.finish();
+            state.generation = generation;
+            carried
+        };
+        self.counters.switches.fetch_add(1, Relaxed);
+        tracing::info!(prefix = %self.prefix, generation, carried_over = carried, "switched to a new generation");
+        Ok(())
+    }
+
+    pub(super) fn merge_segments(&self, filter: &BloomFilter, segments: &[Vec<u8>]) {
+        let words_per_segment = (self.cfg.segment_bytes / 8) as usize;
+        let total = filter.num_words();
+        for (s, bytes) in segments.iter().enumerate() {
+            let first = s * words_per_segment;
+            if first >= total {
+                break;
+            }
+            let words = protocol::bytes_to_words(bytes, words_per_segment.min(total - first));
+            filter.union_words(first, &words);
+        }
+    }
+}

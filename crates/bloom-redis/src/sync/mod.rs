@@ -1,0 +1,485 @@
+//! [`RedisSync`]: the handle, and the state its background tasks share. Each role has its
+//! own file:
+//!
+//! * [`publisher`]: queues this instance's inserts and commits, writes them to Redis and
+//!   publishes them, followed by a heartbeat; [`RedisSync::propagated`] waits on it.
+//! * [`subscriber`]: receives the other instances' bits, heartbeats and announcements.
+//! * [`freshness`]: from the heartbeats, whether this instance's view may be missing inserts
+//!   made elsewhere, and what a would-be rejection does then ([`StalePolicy`](crate::StalePolicy)).
+//! * [`reconcile`]: the periodic two-way merge with Redis, and the refill after Redis lost data.
+//! * [`generations`]: which local filter bits of a generation go into; following a rebuild
+//!   run elsewhere; switching.
+//! * [`rebuild`]: running a rebuild: lock, acknowledgements, source, checks, switch.
+
+mod freshness;
+mod generations;
+mod publisher;
+mod rebuild;
+mod reconcile;
+mod subscriber;
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use std::future::Future;
+use std::pin::Pin;
+
+use bloom_tower::key_source::{BoxError, KeySource};
+use bloom_tower::shared_filter::{ErasedKeySource, ExternalRebuild};
+use bloom_tower::{Reloaded, SharedFilter};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use crate::protocol::{Keys, Shape};
+use crate::{Error, Rebuilt, ReconcileReport, RedisStats, RedisSyncBuilder, names};
+use freshness::Freshness;
+use generations::Build;
+use publisher::Outbox;
+
+/// Keeps a [`SharedFilter`] in sync with the same filter on every other instance, through
+/// Redis. See the [crate docs](crate) for the design and its guarantees.
+///
+/// Dropping it (or [`shutdown`](Self::shutdown)) stops the synchronisation; the filter keeps
+/// serving locally. [`leave`](Self::leave) does the same after telling the other instances,
+/// so that they do not wait for this one's heartbeats.
+pub struct RedisSync {
+    inner: Arc<Inner>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// What the background tasks share.
+struct Inner {
+    filter: SharedFilter,
+    shape: Shape,
+    keys: Keys,
+    prefix: String,
+    cfg: RedisSyncBuilder,
+    /// Random per instance: tells our own messages apart, names us in the member set.
+    id: u64,
+    client: redis::Client,
+    conn: ConnectionManager,
+    /// The serving generation and the one being built.
+    state: Mutex<State>,
+    outbox: Outbox,
+    freshness: Freshness,
+    wake_reconcile: Notify,
+    /// Serialises generation transitions and reconciliations.
+    transition: tokio::sync::Mutex<()>,
+    connected: AtomicBool,
+    counters: Counters,
+    last_reconcile: Mutex<Option<ReconcileReport>>,
+}
+
+#[derive(Default)]
+struct Counters {
+    reconciles: AtomicU64,
+    reconcile_errors: AtomicU64,
+    published: AtomicU64,
+    publish_errors: AtomicU64,
+    received: AtomicU64,
+    switches: AtomicU64,
+    rebuilds: AtomicU64,
+    refused_switches: AtomicU64,
+    refills: AtomicU64,
+    not_propagated: AtomicU64,
+}
+
+struct State {
+    /// The generation the local serving filter holds.
+    generation: u64,
+    /// The generation being rebuilt, double-written locally.
+    building: Option<Build>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn random_id() -> u64 {
+    let mut bytes = [0u8; 8];
+    // A failing OS random source leaves a fixed id: instances then only ignore each other's
+    // messages (reconciliation still converges); unlikely enough not to fail the join.
+    let _ = getrandom::fill(&mut bytes);
+    u64::from_le_bytes(bytes) | 1
+}
+
+impl RedisSync {
+    /// Starts configuring the synchronisation with the Redis at `url`
+    /// (`redis://[:password@]host:port[/db]`, or `rediss://` with the `tls` feature).
+    pub fn builder(url: &str) -> RedisSyncBuilder {
+        RedisSyncBuilder::new(url)
+    }
+
+    pub(crate) async fn connect(
+        cfg: RedisSyncBuilder,
+        filter: SharedFilter,
+    ) -> Result<Self, Error> {
+        let current = filter.current();
+        let shape = match current.as_plain() {
+            Some(plain) => Shape::of(plain),
+            None => {
+                return Err(Error::NotPlain {
+                    kind: current.kind(),
+                });
+            }
+        };
+        drop(current);
+        let client = redis::Client::open(&*cfg.url)?;
+        let manager = ConnectionManagerConfig::new()
+            .set_connection_timeout(cfg.response_timeout)
+            .set_response_timeout(cfg.response_timeout)
+            .set_number_of_retries(1)
+            .set_max_delay(200);
+        let conn = ConnectionManager::new_with_config(client.clone(), manager).await?;
+        let prefix = cfg
+            .prefix
+            .clone()
+            .unwrap_or_else(|| format!("bloom-guard:{}", filter.name()));
+        let id = random_id();
+        let inner = Arc::new(Inner {
+            filter,
+            shape,
+            keys: Keys::new(&prefix),
+            freshness: Freshness::new(&cfg, id, &prefix),
+            prefix,
+            cfg,
+            id,
+            client,
+            conn,
+            state: Mutex::new(State {
+                generation: 0,
+                building: None,
+            }),
+            outbox: Outbox::default(),
+            wake_reconcile: Notify::new(),
+            transition: tokio::sync::Mutex::new(()),
+            connected: AtomicBool::new(false),
+            counters: Counters::default(),
+            last_reconcile: Mutex::new(None),
+        });
+        // The first pass adopts Redis's generation and merges both ways.
+        let report = inner.reconcile().await?;
+        inner.reconciled(report);
+        inner.install_hooks();
+        let mut tasks = vec![
+            tokio::spawn(Arc::clone(&inner).publisher()),
+            tokio::spawn(Arc::clone(&inner).reconciler()),
+        ];
+        if inner.cfg.pubsub {
+            tasks.push(tokio::spawn(Arc::clone(&inner).subscriber()));
+            tasks.push(tokio::spawn(Arc::clone(&inner).watch_freshness()));
+        }
+        let sync = Self {
+            inner,
+            tasks: Mutex::new(tasks),
+        };
+        // Serve fresh from the start where possible: the subscription, its catch-up pull and
+        // our own first heartbeat take a few milliseconds. Bounded: a Redis that stalls right
+        // now leaves us stale, which the policy handles.
+        if sync.inner.cfg.pubsub {
+            let deadline = tokio::time::Instant::now() + sync.inner.cfg.stale_after;
+            while !sync.inner.freshness.is_fresh() && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        tracing::info!(
+            prefix = %sync.inner.prefix,
+            generation = sync.inner.generation(),
+            bits = sync.inner.shape.bits,
+            fresh = sync.inner.freshness.is_fresh(),
+            "joined the filter shared through Redis"
+        );
+        Ok(sync)
+    }
+
+    /// The synchronised filter (the one given to `connect`).
+    pub fn filter(&self) -> &SharedFilter {
+        &self.inner.filter
+    }
+
+    /// Connection and freshness state, and counters.
+    pub fn stats(&self) -> RedisStats {
+        let inner = &*self.inner;
+        let c = &inner.counters;
+        let (generation, building) = {
+            let state = lock(&inner.state);
+            (
+                state.generation,
+                state.building.as_ref().map(|b| b.generation),
+            )
+        };
+        let view = inner.freshness.report();
+        RedisStats {
+            connected: inner.connected.load(Relaxed),
+            generation,
+            building,
+            reconciles: c.reconciles.load(Relaxed),
+            reconcile_errors: c.reconcile_errors.load(Relaxed),
+            last_reconcile: *lock(&inner.last_reconcile),
+            published: c.published.load(Relaxed),
+            publish_errors: c.publish_errors.load(Relaxed),
+            received: c.received.load(Relaxed),
+            switches: c.switches.load(Relaxed),
+            rebuilds: c.rebuilds.load(Relaxed),
+            refused_switches: c.refused_switches.load(Relaxed),
+            refills: c.refills.load(Relaxed),
+            fresh: view.fresh,
+            stale_for: view.stale_for,
+            stale_reason: view.reason,
+            stale_periods: view.periods,
+            stale_let_through: view.let_through,
+            stale_rejected: view.rejected,
+            instances: view.instances,
+            not_propagated: c.not_propagated.load(Relaxed),
+        }
+    }
+
+    /// Waits until every insert made on this instance before the call is written to Redis
+    /// and published to the other instances: call it in a create path after
+    /// [`prepare_insert`](SharedFilter::prepare_insert) and before the commit, so that once the
+    /// record is visible every connected instance lets its key through (within pub/sub
+    /// delivery). Bounded by [`publish_timeout`](RedisSyncBuilder::publish_timeout).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotPropagated`] on timeout: the keys are in the local filter and will be
+    /// pushed when Redis answers; the other instances, no longer hearing this one's
+    /// heartbeats, have gone (or are about to go) stale, so their
+    /// [`StalePolicy`](crate::StalePolicy) applies. Committing anyway is safe under the default
+    /// policy; a service that prefers to refuse the create can do so here.
+    pub async fn propagated(&self) -> Result<(), Error> {
+        let waited = self.inner.cfg.effective_publish_timeout();
+        if self.inner.outbox.wait_published(waited).await {
+            return Ok(());
+        }
+        self.inner.counters.not_propagated.fetch_add(1, Relaxed);
+        metrics::counter!(names::NOT_PROPAGATED, "prefix" => self.inner.prefix.clone())
+            .increment(1);
+        tracing::warn!(prefix = %self.inner.prefix, ?waited, "inserts not published to Redis in time; the other instances treat their views as stale");
+        Err(Error::NotPropagated { waited })
+    }
+
+    /// Reconciles now (both directions), instead of waiting for the next interval.
+    pub async fn reconcile_now(&self) -> Result<ReconcileReport, Error> {
+        let result = self.inner.reconcile().await;
+        match &result {
+            Ok(report) => self.inner.reconciled(*report),
+            Err(error) => self.inner.reconcile_failed(error),
+        }
+        result
+    }
+
+    /// Rebuilds the shared filter from `source` as a new generation, if no other instance is
+    /// rebuilding (then [`Rebuilt::Skipped`]: this instance switches when the other publishes).
+    ///
+    /// Every live instance double-writes the new generation before the source is read, and
+    /// every bit any instance receives meanwhile goes into it too, so no key inserted anywhere
+    /// before or during the rebuild is missing from it (the crate docs give the argument).
+    /// The lock is kept alive while the source streams, however long it takes. On error the
+    /// previous generation keeps serving.
+    ///
+    /// # Errors
+    ///
+    /// Besides Redis and source errors: [`Error::Shrunk`] if the new generation holds fewer
+    /// than [`min_rebuild_fraction`](RedisSyncBuilder::min_rebuild_fraction) of the serving
+    /// one's keys (see [`force_rebuild`](Self::force_rebuild)); [`Error::Fenced`] if the lock
+    /// was lost.
+    pub async fn rebuild<S: KeySource + ?Sized>(&self, source: &S) -> Result<Rebuilt, Error> {
+        self.inner.rebuild(source, false).await
+    }
+
+    /// [`rebuild`](Self::rebuild) without the check on the new generation's size: for when
+    /// most keys really were deleted.
+    pub async fn force_rebuild<S: KeySource + ?Sized>(&self, source: &S) -> Result<Rebuilt, Error> {
+        self.inner.rebuild(source, true).await
+    }
+
+    /// Rebuilds from `source` if the shared filter holds clearly fewer keys than the source's
+    /// [count hint](KeySource::count_hint) says exist (below
+    /// [`refill_below`](RedisSyncBuilder::refill_below) of it): Redis lost data (restarted
+    /// from an old dump, evicted keys) and instances that joined since miss keys. Call it
+    /// after `connect`, before serving; [`rebuild_every`](Self::rebuild_every) calls it when
+    /// it starts. `Ok(None)`: nothing was lost (or the source gives no count).
+    pub async fn refill_if_lost<S: KeySource + ?Sized>(
+        &self,
+        source: &S,
+    ) -> Result<Option<Rebuilt>, Error> {
+        self.inner.refill_if_lost(source).await
+    }
+
+    /// Calls [`refill_if_lost`](Self::refill_if_lost) now, then [`rebuild`](Self::rebuild)
+    /// every `interval`, in a background task (stopped with this value). Every instance may
+    /// run one: the lock lets one rebuild at a time.
+    pub fn rebuild_every<S>(&self, interval: Duration, source: S)
+    where
+        S: KeySource + Send + Sync + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        let task = tokio::spawn(async move {
+            if let Err(error) = inner.refill_if_lost(&source).await {
+                tracing::warn!(prefix = %inner.prefix, %error, "could not check the shared filter against the source");
+            }
+            loop {
+                // Jitter so that instances started together do not all race for the lock.
+                let jitter = Duration::from_millis(random_id() % 1000);
+                tokio::time::sleep(interval + jitter).await;
+                match inner.rebuild(&source, false).await {
+                    Ok(outcome) => {
+                        tracing::debug!(prefix = %inner.prefix, ?outcome, "scheduled rebuild")
+                    }
+                    Err(error) => tracing::warn!(
+                        prefix = %inner.prefix,
+                        %error,
+                        "scheduled rebuild failed; the previous generation keeps serving"
+                    ),
+                }
+            }
+        });
+        lock(&self.tasks).push(task);
+    }
+
+    /// Publishes what is queued (bounded by the publish timeout), tells the other instances
+    /// this one is leaving (so they stop waiting for its heartbeats at once instead of after
+    /// `member_timeout`), then [`shutdown`](Self::shutdown)s. Call it on a clean shutdown
+    /// (SIGTERM).
+    pub async fn leave(&self) {
+        let _ = self.propagated().await;
+        self.inner.publish_leaving().await;
+        self.shutdown();
+    }
+
+    /// Stops the background tasks and removes the hooks; the filter keeps serving locally
+    /// with every bit it has, and rejects again as a plain local filter.
+    pub fn shutdown(&self) {
+        self.inner.remove_hooks();
+        for task in lock(&self.tasks).drain(..) {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for RedisSync {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl fmt::Debug for RedisSync {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Neither the URL (password) nor the hash key is printed.
+        f.debug_struct("RedisSync")
+            .field("prefix", &self.inner.prefix)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Runs `SharedFilter::reload_from` (and so `SharedFilter::rebuild_every`) on a synchronised
+/// filter as [`RedisSync::rebuild`].
+struct RebuildOwner(Weak<Inner>);
+
+impl ExternalRebuild for RebuildOwner {
+    fn rebuild<'a>(
+        &'a self,
+        source: &'a dyn ErasedKeySource,
+    ) -> Pin<Box<dyn Future<Output = Result<Reloaded, BoxError>> + Send + 'a>> {
+        Box::pin(async move {
+            let inner = self
+                .0
+                .upgrade()
+                .ok_or("the filter's RedisSync was dropped")?;
+            Ok(match inner.rebuild(source, false).await? {
+                Rebuilt::Rebuilt { keys, .. } => Reloaded::Rebuilt { keys },
+                Rebuilt::Skipped => Reloaded::Elsewhere,
+            })
+        })
+    }
+}
+
+impl Inner {
+    fn generation(&self) -> u64 {
+        lock(&self.state).generation
+    }
+
+    fn segments(&self) -> u64 {
+        self.shape.num_bytes().div_ceil(self.cfg.segment_bytes)
+    }
+
+    fn segment_keys(&self, generation: u64) -> Vec<String> {
+        (0..self.segments())
+            .map(|s| self.keys.segment(generation, s))
+            .collect()
+    }
+
+    fn ttl_ms(&self) -> u64 {
+        self.cfg.lock_ttl.as_millis().max(1) as u64
+    }
+
+    /// How recent a heartbeat in the member set must be for a rebuild to wait for that
+    /// instance's acknowledgement.
+    fn liveness_ms(&self) -> u64 {
+        (self.cfg.reconcile_every.as_millis() as u64)
+            .saturating_mul(3)
+            .max(1000)
+    }
+
+    /// The insert hook (queue the key's bits), the commit hook (queue its digest) and the
+    /// rejection override (the stale policy), each holding a weak reference.
+    fn install_hooks(self: &Arc<Self>) {
+        let weak: Weak<Self> = Arc::downgrade(self);
+        self.filter
+            .set_insert_hook(Some(Arc::new(move |bytes: &[u8]| {
+                if let Some(inner) = weak.upgrade() {
+                    inner.on_insert(bytes);
+                }
+            })));
+        let weak: Weak<Self> = Arc::downgrade(self);
+        self.filter
+            .set_commit_hook(Some(Arc::new(move |bytes: &[u8]| {
+                if let Some(inner) = weak.upgrade() {
+                    inner.on_commit(bytes);
+                }
+            })));
+        // The filter's own rebuilds (`reload_from`, `rebuild_every`) go through the protocol:
+        // a local one would swap in a filter the fleet does not share.
+        self.filter
+            .set_external_rebuild(Some(Arc::new(RebuildOwner(Arc::downgrade(self)))));
+        if self.cfg.pubsub {
+            let weak: Weak<Self> = Arc::downgrade(self);
+            self.filter.set_rejection_override(Some(Arc::new(move || {
+                weak.upgrade()
+                    .is_some_and(|inner| inner.freshness.let_through())
+            })));
+        }
+    }
+
+    fn remove_hooks(&self) {
+        self.filter.set_external_rebuild(None);
+        self.filter.set_insert_hook(None);
+        self.filter.set_commit_hook(None);
+        self.filter.set_rejection_override(None);
+    }
+
+    fn set_connected(&self, up: bool) {
+        metrics::gauge!(names::CONNECTED, "prefix" => self.prefix.clone()).set(if up {
+            1.0
+        } else {
+            0.0
+        });
+        let was = self.connected.swap(up, Relaxed);
+        if was && !up {
+            tracing::warn!(prefix = %self.prefix, "lost Redis: serving and inserting locally; bits set meanwhile are pushed on reconnection");
+        } else if !was && up {
+            tracing::info!(prefix = %self.prefix, "connected to Redis");
+        }
+    }
+}

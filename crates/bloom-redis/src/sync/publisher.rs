@@ -1,0 +1,266 @@
+//! This instance's side of propagation: queue the bits of every insert (and the digest of
+//! every committed key), write them to Redis and publish them in batches, each batch followed
+//! by a heartbeat; and a heartbeat every `heartbeat` when idle.
+//!
+//! A heartbeat means "every insert I made before this message was published before it": a
+//! receiver holding it holds those inserts (one connection, so Redis delivers in order). A
+//! batch that fails stays queued and is retried before anything newer, so no heartbeat ever
+//! overtakes unpublished bits. If the queue overflows while Redis is unreachable, its bits
+//! are dropped (they are in the local filter): heartbeats stop until reconciliation has
+//! pushed them into the segments, then resume with a bumped *resync epoch* that tells the
+//! receivers to pull before trusting us again.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bloom_core::BloomFilter;
+use tokio::sync::{Notify, watch};
+
+use super::{Inner, lock};
+use crate::protocol::{self, Kind, Shape};
+
+/// Bits kept for a retry while Redis does not answer (8 MiB); beyond, the queue is dropped
+/// and reconciliation pushes the whole filter instead.
+const MAX_QUEUED_BITS: usize = 1 << 20;
+
+/// Committed keys' digests kept while Redis does not answer; beyond, the oldest are dropped
+/// (their negative-cache entries then expire by their TTL).
+const MAX_QUEUED_DIGESTS: usize = 1 << 16;
+
+/// What is waiting to be published, and how far publishing got.
+pub(super) struct Outbox {
+    queue: Mutex<Queue>,
+    wake: Notify,
+    /// The highest insert number published (with everything before it).
+    published: watch::Sender<u64>,
+    /// Set when queued bits were dropped: no heartbeat until reconciliation pushed them.
+    needs_push: AtomicBool,
+    /// Bumped each time such a push completes; sent in every heartbeat.
+    epoch: AtomicU64,
+}
+
+impl Default for Outbox {
+    fn default() -> Self {
+        Self {
+            queue: Mutex::new(Queue::default()),
+            wake: Notify::new(),
+            published: watch::Sender::new(0),
+            needs_push: AtomicBool::new(false),
+            epoch: AtomicU64::new(0),
+        }
+    }
+}
+
+/// The next batch, and the inserts numbered so far (never reset: `published` compares
+/// against it).
+#[derive(Default)]
+struct Queue {
+    batch: Batch,
+    numbered: u64,
+}
+
+/// Queued work: bit indices per generation, digests, and the number of the last insert.
+#[derive(Default)]
+struct Batch {
+    bits: BTreeMap<u64, Vec<u64>>,
+    digests: Vec<u64>,
+    /// Inserts are numbered from 1 as they are queued; this is the newest one in the batch.
+    last_insert: u64,
+    /// Bits held, over every generation.
+    len: usize,
+}
+
+impl Batch {
+    /// Appends `newer` (queued after `self`).
+    fn append(&mut self, newer: Batch) {
+        for (generation, bits) in newer.bits {
+            self.bits.entry(generation).or_default().extend(bits);
+        }
+        self.digests.extend(newer.digests);
+        self.last_insert = self.last_insert.max(newer.last_insert);
+        self.len += newer.len;
+    }
+}
+
+impl Outbox {
+    /// The newest insert queued so far.
+    fn queued(&self) -> u64 {
+        lock(&self.queue).numbered
+    }
+
+    /// Waits until every insert queued before the call is published; `false` after `limit`.
+    pub(super) async fn wait_published(&self, limit: Duration) -> bool {
+        let target = self.queued();
+        let mut published = self.published.subscribe();
+        matches!(
+            tokio::time::timeout(limit, published.wait_for(|&done| done >= target)).await,
+            Ok(Ok(_))
+        )
+    }
+
+    /// Reconciliation pushed every local bit into the segments: if queued bits had been
+    /// dropped before that push began (`needed`), heartbeats resume with a new epoch, and the
+    /// inserts up to `upto` count as published.
+    pub(super) fn pushed(&self, needed: bool, upto: u64) {
+        if needed && self.needs_push.swap(false, Relaxed) {
+            self.epoch.fetch_add(1, Relaxed);
+            self.published.send_if_modified(|done| {
+                let advanced = upto > *done;
+                *done = (*done).max(upto);
+                advanced
+            });
+        }
+    }
+
+    /// Whether a push is owed, and the newest insert it covers: read before a push begins.
+    pub(super) fn push_owed(&self) -> (bool, u64) {
+        (self.needs_push.load(Relaxed), self.queued())
+    }
+}
+
+impl Inner {
+    /// The insert hook: queue the key's bits for every generation this instance writes.
+    pub(super) fn on_insert(&self, key: &[u8]) {
+        let current = self.filter.current();
+        let Some(current) = current.as_plain().filter(|c| Shape::of(c) == self.shape) else {
+            return; // reported by the next reconciliation
+        };
+        let bits = bits_of(current, key);
+        {
+            let state = lock(&self.state);
+            let mut queue = lock(&self.outbox.queue);
+            queue.numbered += 1;
+            let number = queue.numbered;
+            let batch = &mut queue.batch;
+            let building = state.building.as_ref().map(|b| b.generation);
+            for generation in std::iter::once(state.generation).chain(building) {
+                batch
+                    .bits
+                    .entry(generation)
+                    .or_default()
+                    .extend_from_slice(&bits);
+                batch.len += bits.len();
+            }
+            batch.last_insert = number;
+        }
+        self.outbox.wake.notify_one();
+    }
+
+    /// The commit hook: queue the key's digest, so the other instances drop any "not found"
+    /// they cached for it (the digest, not the key, goes over the wire).
+    pub(super) fn on_commit(&self, key: &[u8]) {
+        let digest = self.filter.key_digest(key);
+        {
+            let digests = &mut lock(&self.outbox.queue).batch.digests;
+            if digests.len() >= MAX_QUEUED_DIGESTS {
+                digests.remove(0);
+            }
+            digests.push(digest);
+        }
+        self.outbox.wake.notify_one();
+    }
+
+    /// Writes queued bits to Redis (SETBIT), publishes them, then a heartbeat: at once when
+    /// woken, and a heartbeat alone every `heartbeat` otherwise.
+    pub(super) async fn publisher(self: Arc<Self>) {
+        let mut conn = self.conn.clone();
+        let channel = self.keys.channel();
+        let mut failed: Option<Batch> = None;
+        loop {
+            tokio::select! {
+                () = self.outbox.wake.notified() => {}
+                () = tokio::time::sleep(self.cfg.heartbeat) => {}
+            }
+            let mut batch = failed.take().unwrap_or_default();
+            batch.append(std::mem::take(&mut lock(&self.outbox.queue).batch));
+            let heartbeat = !self.outbox.needs_push.load(Relaxed);
+            let mut pipe = redis::pipe();
+            for (&generation, bits) in &mut batch.bits {
+                bits.sort_unstable();
+                bits.dedup();
+                for &bit in bits.iter() {
+                    let (segment, offset) = protocol::redis_bit(bit, self.cfg.segment_bytes);
+                    pipe.cmd("SETBIT")
+                        .arg(self.keys.segment(generation, segment))
+                        .arg(offset)
+                        .arg(1)
+                        .ignore();
+                }
+                if self.cfg.pubsub {
+                    // After the SETBITs on the same connection: a receiver that pulls
+                    // Redis after this message finds the bits there.
+                    let message = protocol::encode(Kind::Bits, self.id, generation, bits);
+                    pipe.cmd("PUBLISH").arg(&channel).arg(message).ignore();
+                }
+            }
+            if self.cfg.pubsub {
+                if !batch.digests.is_empty() {
+                    let message = protocol::encode(Kind::Committed, self.id, 0, &batch.digests);
+                    pipe.cmd("PUBLISH").arg(&channel).arg(message).ignore();
+                }
+                if heartbeat {
+                    let epoch = self.outbox.epoch.load(Relaxed);
+                    let message = protocol::encode(Kind::Tick, self.id, 0, &[epoch]);
+                    pipe.cmd("PUBLISH").arg(&channel).arg(message).ignore();
+                }
+            }
+            if batch.bits.is_empty() && batch.digests.is_empty() && !(heartbeat && self.cfg.pubsub)
+            {
+                continue;
+            }
+            match pipe.query_async::<()>(&mut conn).await {
+                Ok(()) => {
+                    if !batch.bits.is_empty() {
+                        self.counters.published.fetch_add(1, Relaxed);
+                    }
+                    if !self.outbox.needs_push.load(Relaxed) {
+                        self.outbox.published.send_if_modified(|done| {
+                            let advanced = batch.last_insert > *done;
+                            *done = (*done).max(batch.last_insert);
+                            advanced
+                        });
+                    }
+                    self.freshness.publishing(true);
+                }
+                Err(error) => {
+                    self.counters.publish_errors.fetch_add(1, Relaxed);
+                    tracing::debug!(prefix = %self.prefix, %error, "could not publish; retrying, and reconciliation will push");
+                    self.freshness.publishing(false);
+                    self.set_connected(false);
+                    self.wake_reconcile.notify_one();
+                    if batch.len > MAX_QUEUED_BITS {
+                        // The bits are in the local filter: the next reconciliation pushes
+                        // them all, after which heartbeats resume with a new epoch.
+                        self.outbox.needs_push.store(true, Relaxed);
+                        batch.bits.clear();
+                        batch.len = 0;
+                    }
+                    failed = Some(batch);
+                    // Do not spin against a Redis that refuses at once.
+                    tokio::time::sleep(self.cfg.heartbeat).await;
+                }
+            }
+        }
+    }
+
+    /// Tells the others this instance is leaving (best effort, bounded).
+    pub(super) async fn publish_leaving(&self) {
+        if !self.cfg.pubsub {
+            return;
+        }
+        let mut conn = self.conn.clone();
+        let message = protocol::encode(Kind::Leaving, self.id, 0, &[]);
+        let mut publish = redis::cmd("PUBLISH");
+        publish.arg(self.keys.channel()).arg(message);
+        let publish = publish.query_async::<()>(&mut conn);
+        let _ = tokio::time::timeout(self.cfg.response_timeout, publish).await;
+    }
+}
+
+fn bits_of(filter: &BloomFilter, key: &[u8]) -> Vec<u64> {
+    let mut bits = Vec::with_capacity(filter.num_hashes() as usize);
+    filter.for_each_bit(key, |bit| bits.push(bit));
+    bits
+}

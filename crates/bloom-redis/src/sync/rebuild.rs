@@ -1,0 +1,266 @@
+//! Running a rebuild: take the lock, announce the generation, wait for every live instance
+//! to double-write it, seal, stream the source, check the result, upload, switch. The lock
+//! and the building marker are refreshed throughout, so a source of any length rebuilds.
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+
+use bloom_tower::key_source::KeySource;
+use futures_util::StreamExt;
+
+use super::generations::Build;
+use super::{Inner, lock, now_ms};
+use crate::protocol::{self, Kind};
+use crate::scripts::{self, Lock};
+use crate::{Error, Rebuilt, ReconcileReport};
+
+impl Inner {
+    pub(super) async fn rebuild<S: KeySource + ?Sized>(
+        &self,
+        source: &S,
+        force: bool,
+    ) -> Result<Rebuilt, Error> {
+        let mut conn = self.conn.clone();
+        let fence: u64 = redis::cmd("INCR")
+            .arg(self.keys.fence())
+            .query_async(&mut conn)
+            .await?;
+        let token = format!("{:016x}:{fence}", self.id);
+        let locked: Option<String> = redis::cmd("SET")
+            .arg(self.keys.lock())
+            .arg(&token)
+            .arg("NX")
+            .arg("PX")
+            .arg(self.ttl_ms())
+            .query_async(&mut conn)
+            .await?;
+        if locked.is_none() {
+            return Ok(Rebuilt::Skipped);
+        }
+        // The rebuild races its keeper: a keeper that finds the lock gone ends the rebuild
+        // at once (another instance may own the next generation by now).
+        let result = tokio::select! {
+            result = self.rebuild_locked(source, &token, force) => result,
+            lost = self.keep_lock(&token) => Err(lost),
+        };
+        if result.is_err() {
+            {
+                let mut state = lock(&self.state);
+                if state.building.as_ref().is_some_and(|b| b.mine) {
+                    state.building = None;
+                }
+            }
+            let _ = scripts::abort()
+                .key(self.keys.lock())
+                .key(self.keys.building())
+                .arg(&token)
+                .invoke_async::<Lock>(&mut conn)
+                .await;
+        }
+        result
+    }
+
+    /// Refreshes the lock and the building marker every third of `lock_ttl`, for as long as
+    /// the rebuild runs; returns only when the lock is lost ([`Error::Fenced`]). A refresh that
+    /// cannot reach Redis is retried: the lock then expires on its own if Redis stays away.
+    async fn keep_lock(&self, token: &str) -> Error {
+        let mut conn = self.conn.clone();
+        let every = self.cfg.lock_ttl / 3;
+        loop {
+            tokio::time::sleep(every).await;
+            let refreshed = scripts::refresh()
+                .key(self.keys.lock())
+                .key(self.keys.building())
+                .arg(token)
+                .arg(self.ttl_ms())
+                .invoke_async::<Lock>(&mut conn)
+                .await;
+            match refreshed {
+                Ok(Lock::Held) => {}
+                Ok(Lock::Lost) => return Error::Fenced,
+                Err(error) => {
+                    tracing::debug!(prefix = %self.prefix, %error, "could not refresh the rebuild lock")
+                }
+            }
+        }
+    }
+
+    async fn rebuild_locked<S: KeySource + ?Sized>(
+        &self,
+        source: &S,
+        token: &str,
+        force: bool,
+    ) -> Result<Rebuilt, Error> {
+        let mut conn = self.conn.clone();
+        let generation = self.begin(token).await?;
+        self.wait_for_acks(generation).await?;
+        let sealed: Lock = scripts::seal()
+            .key(self.keys.lock())
+            .key(self.keys.sealed(generation))
+            .arg(token)
+            .arg(self.ttl_ms().saturating_mul(10))
+            .arg(self.ttl_ms())
+            .invoke_async(&mut conn)
+            .await?;
+        if sealed == Lock::Lost {
+            return Err(Error::Fenced);
+        }
+
+        // Stream the source into the new generation.
+        let next = self.filter_of(generation).ok_or(Error::Fenced)?;
+        let mut keys = std::pin::pin!(source.keys());
+        let mut read = 0u64;
+        loop {
+            // One `match` on the awaited item, so that no key (whose error type need not be
+            // `Send`) is alive across the yield below.
+            match keys.next().await {
+                None => break,
+                Some(Ok(key)) => {
+                    next.insert(&key);
+                }
+                Some(Err(error)) => {
+                    return Err(Error::Source {
+                        keys: read,
+                        source: error.into(),
+                    });
+                }
+            }
+            read += 1;
+            if read % 4096 == 0 {
+                tokio::task::yield_now().await;
+            }
+        }
+        self.check_size(&next, force)?;
+        drop(next);
+
+        // Upload (fenced), publish, switch.
+        let _transition = self.transition.lock().await;
+        let mut report = ReconcileReport::default();
+        self.sync_generation(generation, token, &mut report).await?;
+        let old = self.generation();
+        let switch = scripts::switch();
+        let mut invocation = switch.key(self.keys.lock());
+        invocation
+            .key(self.keys.generation())
+            .key(self.keys.building());
+        for key in self.segment_keys(old) {
+            invocation.key(key);
+        }
+        let grace = self.liveness_ms().saturating_mul(10);
+        let switched: Lock = invocation
+            .arg(token)
+            .arg(generation)
+            .arg(grace)
+            .arg(self.keys.channel())
+            .arg(protocol::encode(Kind::Switched, self.id, generation, &[]))
+            .invoke_async(&mut conn)
+            .await?;
+        drop(switch);
+        if switched == Lock::Lost {
+            return Err(Error::Fenced);
+        }
+        self.switch_to(generation).await?;
+        self.counters.rebuilds.fetch_add(1, Relaxed);
+        tracing::info!(prefix = %self.prefix, generation, keys = read, "rebuilt and published a new generation");
+        Ok(Rebuilt::Rebuilt {
+            keys: read,
+            generation,
+        })
+    }
+
+    /// Starts double-writing the next generation here and announces it (fenced).
+    async fn begin(&self, token: &str) -> Result<u64, Error> {
+        let mut conn = self.conn.clone();
+        let _transition = self.transition.lock().await;
+        let remote: Option<u64> = redis::cmd("GET")
+            .arg(self.keys.generation())
+            .query_async(&mut conn)
+            .await?;
+        let generation = remote.unwrap_or(0).max(self.generation()) + 1;
+        {
+            let mut state = lock(&self.state);
+            state.building = None; // any other is abandoned: we hold the lock
+            let handle = self
+                .filter
+                .start_building(self.shape.empty())
+                .map_err(|_| Error::Busy)?;
+            state.building = Some(Build {
+                generation,
+                handle,
+                in_time: true,
+                mine: true,
+            });
+        }
+        let begin = scripts::begin();
+        let mut invocation = begin.key(self.keys.lock());
+        invocation
+            .key(self.keys.building())
+            .key(self.keys.acks(generation))
+            .key(self.keys.sealed(generation));
+        for key in self.segment_keys(generation) {
+            invocation.key(key);
+        }
+        let begun: Lock = invocation
+            .arg(token)
+            .arg(generation)
+            .arg(self.ttl_ms())
+            .arg(self.keys.channel())
+            .arg(protocol::encode(Kind::Building, self.id, generation, &[]))
+            .invoke_async(&mut conn)
+            .await?;
+        if begun == Lock::Lost {
+            return Err(Error::Fenced);
+        }
+        Ok(generation)
+    }
+
+    /// Waits (at most `ack_timeout`) until every live instance double-writes `generation`.
+    async fn wait_for_acks(&self, generation: u64) -> Result<(), Error> {
+        let mut conn = self.conn.clone();
+        let waited = Instant::now();
+        loop {
+            let live: Vec<u64> = redis::cmd("ZRANGEBYSCORE")
+                .arg(self.keys.members())
+                .arg(now_ms().saturating_sub(self.liveness_ms()))
+                .arg("+inf")
+                .query_async(&mut conn)
+                .await?;
+            let acked: HashSet<u64> = redis::cmd("SMEMBERS")
+                .arg(self.keys.acks(generation))
+                .query_async(&mut conn)
+                .await?;
+            let missing = live
+                .iter()
+                .filter(|&&id| id != self.id && !acked.contains(&id))
+                .count();
+            if missing == 0 {
+                return Ok(());
+            }
+            if waited.elapsed() > self.cfg.ack_timeout {
+                tracing::warn!(prefix = %self.prefix, generation, missing, "instances did not start double-writing in time; they will carry their bits over");
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Refuses a new generation far smaller than the serving one (a source pointed at the
+    /// wrong or an empty table), unless forced.
+    fn check_size(&self, next: &bloom_tower::CurrentFilter, force: bool) -> Result<(), Error> {
+        let serving = self.filter.current().estimated_items();
+        let rebuilt = next.estimated_items();
+        let min_fraction = self.cfg.min_rebuild_fraction;
+        if force || rebuilt >= serving * min_fraction {
+            return Ok(());
+        }
+        self.counters.refused_switches.fetch_add(1, Relaxed);
+        let (serving, rebuilt) = (serving.round() as u64, rebuilt.round() as u64);
+        tracing::error!(prefix = %self.prefix, serving, rebuilt, min_fraction, "refused to switch to a rebuilt filter far smaller than the serving one; the serving generation stays");
+        Err(Error::Shrunk {
+            serving,
+            rebuilt,
+            min_fraction,
+        })
+    }
+}

@@ -1,0 +1,212 @@
+//! Reconciliation: every `reconcile_every` (and at once after a reconnection, a
+//! resubscription or an announcement), merge every local generation with Redis in both
+//! directions; and the refill after Redis lost data.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+
+use bloom_tower::key_source::KeySource;
+
+use super::{Inner, lock, now_ms};
+use crate::protocol::{self, Shape};
+use crate::scripts::{self, Joined, Lock};
+use crate::{Error, Rebuilt, ReconcileReport, names};
+
+impl Inner {
+    /// Reconciles every interval, at once when woken, and every second while Redis is
+    /// unreachable.
+    pub(super) async fn reconciler(self: Arc<Self>) {
+        loop {
+            let wait = if self.connected.load(Relaxed) {
+                self.cfg.reconcile_every
+            } else {
+                self.cfg.reconcile_every.min(Duration::from_secs(1))
+            };
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = self.wake_reconcile.notified() => {}
+            }
+            match self.reconcile().await {
+                Ok(report) => self.reconciled(report),
+                Err(error) => self.reconcile_failed(&error),
+            }
+        }
+    }
+
+    pub(super) fn reconciled(&self, report: ReconcileReport) {
+        self.counters.reconciles.fetch_add(1, Relaxed);
+        metrics::counter!(names::RECONCILES, "prefix" => self.prefix.clone(), "outcome" => "ok")
+            .increment(1);
+        metrics::gauge!(names::GENERATION, "prefix" => self.prefix.clone())
+            .set(self.generation() as f64);
+        *lock(&self.last_reconcile) = Some(report);
+        self.set_connected(true);
+    }
+
+    pub(super) fn reconcile_failed(&self, error: &Error) {
+        self.counters.reconcile_errors.fetch_add(1, Relaxed);
+        metrics::counter!(names::RECONCILES, "prefix" => self.prefix.clone(), "outcome" => "error")
+            .increment(1);
+        match error {
+            Error::Redis(_) => self.set_connected(false),
+            _ => tracing::error!(prefix = %self.prefix, %error, "reconciliation failed"),
+        }
+    }
+
+    /// One pass: heartbeat in the member set, parameter check, generation transitions, then
+    /// merge every local generation with Redis in both directions.
+    pub(super) async fn reconcile(&self) -> Result<ReconcileReport, Error> {
+        let _transition = self.transition.lock().await;
+        let started = Instant::now();
+        // Read before anything is pulled: what was owed before this instant is paid by
+        // this pass, what comes later is not.
+        let pull_started = self.freshness.pull_started();
+        let (push_owed, push_covers) = self.outbox.push_owed();
+        let mut conn = self.conn.clone();
+        let now = now_ms();
+        redis::pipe()
+            .cmd("ZADD")
+            .arg(self.keys.members())
+            .arg(now)
+            .arg(self.id)
+            .ignore()
+            .cmd("ZREMRANGEBYSCORE")
+            .arg(self.keys.members())
+            .arg("-inf")
+            .arg(now.saturating_sub(self.liveness_ms() * 10))
+            .ignore()
+            .query_async::<()>(&mut conn)
+            .await?;
+        let local = self.generation().max(1);
+        let joined: Joined = scripts::join()
+            .key(self.keys.config())
+            .key(self.keys.generation())
+            .key(self.keys.building())
+            .arg(self.shape.bits)
+            .arg(self.shape.hashes)
+            .arg(self.shape.layout.to_string())
+            .arg(self.shape.seed_hex())
+            .arg(local)
+            .invoke_async(&mut conn)
+            .await?;
+        if let Some(detail) = self.shape.mismatch(&joined.shape) {
+            return Err(Error::ParameterMismatch {
+                prefix: self.prefix.clone(),
+                detail,
+            });
+        }
+        if self.filter.current().as_plain().map(Shape::of) != Some(self.shape) {
+            return Err(Error::ShapeChanged);
+        }
+        let remote = joined.generation.unwrap_or(local);
+        let local = self.generation();
+        if local == 0 {
+            // Joining: adopt Redis's generation; our bits are merged into it below.
+            lock(&self.state).generation = remote;
+        } else if remote > local {
+            self.switch_to(remote).await?;
+        } else if remote < local {
+            // Redis lost its state (restarted empty after we last saw a newer generation,
+            // or restored from an old dump): ours is the newest known.
+            tracing::warn!(prefix = %self.prefix, remote, local, "Redis is behind this instance's generation; restoring it");
+            redis::cmd("SET")
+                .arg(self.keys.generation())
+                .arg(local)
+                .query_async::<()>(&mut conn)
+                .await?;
+        }
+        self.follow_building(joined.building, remote).await?;
+
+        let mut report = ReconcileReport::default();
+        let generations: Vec<u64> = {
+            let state = lock(&self.state);
+            std::iter::once(state.generation)
+                .chain(state.building.as_ref().map(|b| b.generation))
+                .collect()
+        };
+        for generation in generations {
+            self.sync_generation(generation, "", &mut report).await?;
+        }
+        self.freshness.pulled(pull_started);
+        self.outbox.pushed(push_owed, push_covers);
+        report.elapsed = started.elapsed();
+        Ok(report)
+    }
+
+    /// Pulls every segment of `generation` into the local filter and pushes (BITOP OR) each
+    /// segment where the local filter has bits Redis lacks. `token` fences rebuild writes.
+    pub(super) async fn sync_generation(
+        &self,
+        generation: u64,
+        token: &str,
+        report: &mut ReconcileReport,
+    ) -> Result<(), Error> {
+        let mut conn = self.conn.clone();
+        let words_per_segment = (self.cfg.segment_bytes / 8) as usize;
+        for s in 0..self.segments() {
+            let key = self.keys.segment(generation, s);
+            let remote: Option<Vec<u8>> =
+                redis::cmd("GET").arg(&key).query_async(&mut conn).await?;
+            let remote = remote.unwrap_or_default();
+            report.bytes_pulled += remote.len() as u64;
+            let Some(filter) = self.filter_of(generation) else {
+                return Ok(()); // switched meanwhile
+            };
+            let filter = filter.as_plain().ok_or(Error::ShapeChanged)?;
+            let first = s as usize * words_per_segment;
+            let count = words_per_segment.min(filter.num_words() - first);
+            let remote_words = protocol::bytes_to_words(&remote, count);
+            self.absorb_pulled(generation, filter, first, &remote_words);
+            let local: Vec<u64> = filter.words().skip(first).take(count).collect();
+            let differs = local
+                .iter()
+                .enumerate()
+                .any(|(i, &w)| w != remote_words.get(i).copied().unwrap_or(0));
+            if !differs {
+                continue;
+            }
+            let mut bytes: Vec<u8> = local.iter().flat_map(|w| w.to_le_bytes()).collect();
+            while bytes.last() == Some(&0) {
+                bytes.pop();
+            }
+            let written: Lock = scripts::or_segment()
+                .key(&key)
+                .key(self.keys.scratch(self.id))
+                .key(self.keys.lock())
+                .key(self.keys.building())
+                .arg(token)
+                .arg(&bytes)
+                .arg(self.ttl_ms())
+                .invoke_async(&mut conn)
+                .await?;
+            if written == Lock::Lost {
+                return Err(Error::Fenced);
+            }
+            report.bytes_pushed += bytes.len() as u64;
+            report.segments_pushed += 1;
+        }
+        Ok(())
+    }
+
+    /// See [`RedisSync::refill_if_lost`](super::RedisSync::refill_if_lost).
+    pub(super) async fn refill_if_lost<S: KeySource + ?Sized>(
+        &self,
+        source: &S,
+    ) -> Result<Option<Rebuilt>, Error> {
+        let Some(expected) = source.count_hint() else {
+            tracing::debug!(prefix = %self.prefix, "the key source gives no count: cannot tell whether Redis lost keys");
+            return Ok(None);
+        };
+        // Our filter is Redis's bits OR ours after a pass.
+        let report = self.reconcile().await?;
+        self.reconciled(report);
+        let held = self.filter.current().estimated_items();
+        if held >= expected as f64 * self.cfg.refill_below {
+            return Ok(None);
+        }
+        tracing::warn!(prefix = %self.prefix, held = held.round() as u64, expected, "the shared filter holds clearly fewer keys than the source: Redis lost data; rebuilding");
+        self.counters.refills.fetch_add(1, Relaxed);
+        self.rebuild(source, false).await.map(Some)
+    }
+}

@@ -1,0 +1,86 @@
+//! The other instances' side of propagation: bits, heartbeats, commits and announcements
+//! arrive on the channel.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+
+use super::Inner;
+use crate::protocol::{self, Kind};
+
+impl Inner {
+    /// Receives the channel; reconnects forever. A subscription that stays silent for twice
+    /// `stale_after` (not even our own heartbeats come back) is dropped and made again: a
+    /// connection to a hung or partitioned Redis may never report an error.
+    pub(super) async fn subscriber(self: Arc<Self>) {
+        let channel = self.keys.channel();
+        let silence = self.cfg.stale_after * 2;
+        loop {
+            let connected =
+                tokio::time::timeout(self.cfg.response_timeout, self.client.get_async_pubsub())
+                    .await;
+            match connected {
+                Ok(Ok(mut pubsub)) => {
+                    let subscribed =
+                        tokio::time::timeout(self.cfg.response_timeout, pubsub.subscribe(&channel))
+                            .await;
+                    if matches!(subscribed, Ok(Ok(()))) {
+                        // Anything published while we were not subscribed: pull it.
+                        self.freshness.subscribed();
+                        self.wake_reconcile.notify_one();
+                        let mut messages = pubsub.on_message();
+                        while let Ok(Some(message)) =
+                            tokio::time::timeout(silence, messages.next()).await
+                        {
+                            self.on_message(message.get_payload_bytes());
+                        }
+                        tracing::debug!(prefix = %self.prefix, "the subscription ended or went silent; subscribing again");
+                    }
+                    self.freshness.unsubscribed();
+                    self.wake_reconcile.notify_one();
+                }
+                Ok(Err(error)) => {
+                    tracing::debug!(prefix = %self.prefix, %error, "pub/sub connection failed");
+                }
+                Err(_) => {
+                    tracing::debug!(prefix = %self.prefix, "pub/sub connection timed out");
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    fn on_message(&self, payload: &[u8]) {
+        let Some(message) = protocol::decode(payload) else {
+            tracing::warn!(prefix = %self.prefix, "ignored a malformed message on the channel");
+            return;
+        };
+        let mine = message.sender == self.id;
+        match message.kind {
+            // Our own heartbeats count: they prove our publishing and subscription work.
+            Kind::Tick => {
+                let epoch = message.words.first().copied().unwrap_or(0);
+                if self.freshness.heartbeat(message.sender, epoch) {
+                    self.wake_reconcile.notify_one();
+                }
+            }
+            _ if mine => {}
+            Kind::Bits => {
+                self.counters.received.fetch_add(1, Relaxed);
+                if !self.absorb_bits(message.generation, &message.words) {
+                    // A generation we do not know yet: find out now.
+                    self.wake_reconcile.notify_one();
+                }
+            }
+            Kind::Committed => {
+                for digest in message.words {
+                    self.filter.forget_remote(digest);
+                }
+            }
+            Kind::Leaving => self.freshness.leaving(message.sender),
+            Kind::Building | Kind::Switched => self.wake_reconcile.notify_one(),
+        }
+    }
+}
