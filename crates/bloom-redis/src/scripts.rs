@@ -110,13 +110,16 @@ return 1
 }
 
 /// Keeps a rebuild alive while its source streams: if the lock KEYS[1] still holds ARGV[1],
-/// refreshes its TTL and the building marker KEYS[2]'s to ARGV[2] ms. Returns [`Lock`].
+/// refreshes its TTL and the building marker KEYS[2]'s to ARGV[2] ms, and the seal KEYS[3]'s
+/// (if set) to ARGV[3] ms — an expired seal would let a late instance count itself on time
+/// and skip carrying its bits over. Returns [`Lock`].
 pub(crate) fn refresh() -> Script {
     Script::new(
         r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
 return 1
 ",
     )

@@ -76,7 +76,8 @@ pub struct RedisStats {
     /// Why the view is stale, while it is (for example "no heartbeat from instance 1f2e… for
     /// 1.2 s").
     pub stale_reason: Option<String>,
-    /// Times the view went stale.
+    /// Times the view went stale, as seen by a check every heartbeat (a stale period shorter
+    /// than one heartbeat may go uncounted; its let-throughs are counted all the same).
     pub stale_periods: u64,
     /// Would-be rejections let through because the view was stale.
     pub stale_let_through: u64,

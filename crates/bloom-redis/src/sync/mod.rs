@@ -347,14 +347,23 @@ impl RedisSync {
         lock(&self.tasks).push(task);
     }
 
-    /// Publishes what is queued (bounded by the publish timeout), tells the other instances
-    /// this one is leaving (so they stop waiting for its heartbeats at once instead of after
-    /// `member_timeout`), then [`shutdown`](Self::shutdown)s. Call it on a clean shutdown
+    /// Publishes what is queued (bounded by the publish timeout), [`shutdown`](Self::shutdown)s,
+    /// then tells the other instances this one is leaving (so they stop waiting for its
+    /// heartbeats at once instead of after `member_timeout`). Call it on a clean shutdown
     /// (SIGTERM).
     pub async fn leave(&self) {
         let _ = self.propagated().await;
+        // Stop publishing before the goodbye: a heartbeat sent after it would make the others
+        // wait for this instance again, until `member_timeout`.
+        self.inner.remove_hooks();
+        let tasks: Vec<_> = lock(&self.tasks).drain(..).collect();
+        for task in &tasks {
+            task.abort();
+        }
+        for task in tasks {
+            let _ = task.await;
+        }
         self.inner.publish_leaving().await;
-        self.shutdown();
     }
 
     /// Stops the background tasks and removes the hooks; the filter keeps serving locally

@@ -69,11 +69,18 @@ impl Inner {
         let every = self.cfg.lock_ttl / 3;
         loop {
             tokio::time::sleep(every).await;
+            let building = lock(&self.state)
+                .building
+                .as_ref()
+                .filter(|b| b.mine)
+                .map(|b| b.generation);
             let refreshed = scripts::refresh()
                 .key(self.keys.lock())
                 .key(self.keys.building())
+                .key(self.keys.sealed(building.unwrap_or(0)))
                 .arg(token)
                 .arg(self.ttl_ms())
+                .arg(self.ttl_ms().saturating_mul(10))
                 .invoke_async::<Lock>(&mut conn)
                 .await;
             match refreshed {

@@ -1,0 +1,1197 @@
+//! The fleet fault suite: several instances in one process, each a `SharedFilter` and its
+//! `RedisSync` connected through its **own** `FaultProxy` in front of one real `redis-server`,
+//! so that a fault hits one instance or all of them. Real faults only: SIGSTOP/SIGCONT of the
+//! server, proxy Hang/Blackhole, the server killed and restarted empty or from an old dump,
+//! instances dropped.
+//!
+//! Every wait is bounded by `HANG` (a hang detector, not a measurement). No assertion is a
+//! timing threshold; the few durations asserted are lower bounds that the scenario itself
+//! imposes (a source that sleeps, a timeout that must have elapsed). The fleets run one at a
+//! time (`ONE_FLEET_AT_A_TIME`): their timers are short, and two fleets starving each other's
+//! tasks would test the machine, not the crate.
+
+mod common;
+#[path = "common/fault.rs"]
+mod fault;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bloom_core::{BloomFilter, Key, Layout};
+use bloom_redis::{Error, Rebuilt, RedisSync, RedisSyncBuilder, StalePolicy};
+use bloom_tower::{GuardedCache, KeySource, SharedFilter, key_source};
+use fault::{FaultProxy, Mode};
+use futures_util::future::join_all;
+use futures_util::{Stream, StreamExt};
+use tokio::sync::Semaphore;
+
+const BITS: u64 = 1 << 20;
+const SEED: u128 = 0xf1ee_7f1e_e7f1_ee7f_1ee7_f1ee_7f1e_e7f1;
+/// Only a hang detector: no test asserts on it.
+const HANG: Duration = Duration::from_secs(20);
+const HEARTBEAT: Duration = Duration::from_millis(50);
+const STALE_AFTER: Duration = Duration::from_millis(400);
+const LOCK_TTL: Duration = Duration::from_millis(300);
+
+static ONE_FLEET_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The short settings every instance starts from. `member_timeout` is long (10 s) so that
+/// faults of a few seconds never reach it; the test about it sets it to 2 s.
+fn short(builder: RedisSyncBuilder) -> RedisSyncBuilder {
+    builder
+        .heartbeat(HEARTBEAT)
+        .stale_after(STALE_AFTER)
+        .member_timeout(Duration::from_secs(10))
+        .response_timeout(Duration::from_millis(500))
+        .ack_timeout(Duration::from_millis(300))
+        .lock_ttl(LOCK_TTL)
+        .reconcile_every(Duration::from_secs(1))
+}
+
+fn same(builder: RedisSyncBuilder) -> RedisSyncBuilder {
+    builder
+}
+
+fn filter() -> SharedFilter {
+    SharedFilter::new(
+        BloomFilter::builder()
+            .bits(BITS)
+            .hashes(7)
+            .layout(Layout::Blocked)
+            .seed(SEED)
+            .build()
+            .unwrap(),
+    )
+}
+
+/// One `redis-server`, one proxy per instance slot; dropped last (after the instances).
+struct Fleet {
+    proxies: Vec<FaultProxy>,
+    server: common::RedisServer,
+    prefix: String,
+    _one_at_a_time: tokio::sync::MutexGuard<'static, ()>,
+}
+
+impl Fleet {
+    /// `None` (skip) when `redis-server` is not installed (see `common::start`).
+    async fn start(slots: usize, prefix: &str) -> Option<Fleet> {
+        let one_at_a_time = ONE_FLEET_AT_A_TIME.lock().await;
+        let server = common::start()?;
+        let target = SocketAddr::from(([127, 0, 0, 1], server.port()));
+        let mut proxies = Vec::new();
+        for _ in 0..slots {
+            proxies.push(FaultProxy::start(target).await);
+        }
+        Some(Fleet {
+            proxies,
+            server,
+            prefix: prefix.to_owned(),
+            _one_at_a_time: one_at_a_time,
+        })
+    }
+
+    /// An instance connected through proxy `slot`, with [`short`] settings then `configure`.
+    async fn join(
+        &self,
+        slot: usize,
+        configure: impl FnOnce(RedisSyncBuilder) -> RedisSyncBuilder,
+    ) -> RedisSync {
+        let builder = short(RedisSync::builder(&self.proxies[slot].url()).prefix(&self.prefix));
+        configure(builder).connect(filter()).await.expect("join")
+    }
+
+    async fn fault(&self, slot: usize, mode: Mode) {
+        self.proxies[slot].set_mode(mode).await;
+    }
+
+    /// The server's blocking helpers (they shell out, spawn, poll) off the async workers.
+    fn with_server<T>(&mut self, f: impl FnOnce(&mut common::RedisServer) -> T) -> T {
+        tokio::task::block_in_place(|| f(&mut self.server))
+    }
+}
+
+/// Polls until `done`; panics after [`HANG`]. Returns how long it took.
+async fn eventually(what: &str, mut done: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < HANG, "hang: {what}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    started.elapsed()
+}
+
+/// [`eventually`], with `describe()` in the panic message.
+async fn eventually_with(
+    what: &str,
+    mut done: impl FnMut() -> bool,
+    describe: impl Fn() -> String,
+) -> Duration {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < HANG, "hang: {what}\n{}", describe());
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    started.elapsed()
+}
+
+/// Each instance's state, and how many of `keys` it lacks: for failure messages.
+fn describe(instances: &[&RedisSync], keys: &[String]) -> String {
+    instances
+        .iter()
+        .enumerate()
+        .map(|(n, i)| {
+            let missing: Vec<&String> = keys.iter().filter(|k| !has(i, *k)).collect();
+            let shown: Vec<&&String> = missing.iter().take(5).collect();
+            format!(
+                "instance {n}: lacks {} of {} keys ({shown:?}…); {:?}\n",
+                missing.len(),
+                keys.len(),
+                i.stats()
+            )
+        })
+        .collect()
+}
+
+/// Whether the instance's filter holds `key`'s bits (what it received or pulled), bypassing
+/// the stale policy, which `filter().contains` applies.
+fn has<K: Key + ?Sized>(sync: &RedisSync, key: &K) -> bool {
+    sync.filter().current().contains(key)
+}
+
+fn has_all(sync: &RedisSync, keys: &[String]) -> bool {
+    keys.iter().all(|k| has(sync, k))
+}
+
+/// A create as a service does it: insert, then wait until it is published.
+async fn create(sync: &RedisSync, key: &str) -> Result<(), Error> {
+    sync.filter().insert(key);
+    sync.propagated().await
+}
+
+/// Until every instance is fresh and knows every other one.
+async fn settle(instances: &[&RedisSync]) {
+    eventually(
+        "the fleet settles (everyone fresh, knowing everyone)",
+        || {
+            instances.iter().all(|i| {
+                let s = i.stats();
+                s.fresh && s.instances == instances.len()
+            })
+        },
+    )
+    .await;
+}
+
+fn keys(tag: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{tag}:{i}")).collect()
+}
+
+fn not_propagated<T: std::fmt::Debug>(outcome: &Result<T, Error>) -> bool {
+    matches!(outcome, Err(Error::NotPropagated { .. }))
+}
+
+/// A create after a fault was lifted: the first ones may still time out while the instance
+/// reconnects; one succeeds within the hang bound.
+async fn create_eventually(sync: &RedisSync, key: &str) {
+    let started = Instant::now();
+    while create(sync, key).await.is_err() {
+        assert!(started.elapsed() < HANG, "hang: propagating {key} again");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. The issue's measurement: a hung Redis.
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hung_redis_lets_keys_created_elsewhere_through() {
+    let Some(mut fleet) = Fleet::start(4, "hung").await else {
+        return;
+    };
+    let a = fleet.join(0, same).await;
+    let b = fleet.join(1, |c| c.on_stale(StalePolicy::LetThrough)).await;
+    let c = fleet.join(2, |c| c.on_stale(StalePolicy::ServeLocal)).await;
+    let budget = StalePolicy::LetThroughUpTo { per_second: 5 };
+    let d = fleet.join(3, |c| c.on_stale(budget)).await;
+    settle(&[&a, &b, &c, &d]).await;
+    let created = keys("created-while-hung", 10);
+    let never = keys("never-inserted", 10);
+    for i in [&b, &c, &d] {
+        assert!(
+            never.iter().all(|k| !i.filter().contains(k)),
+            "fresh: rejected"
+        );
+    }
+
+    fleet.with_server(|s| s.pause());
+    let started = Instant::now();
+    let outcomes = tokio::time::timeout(HANG, join_all(created.iter().map(|k| create(&a, k))))
+        .await
+        .expect("propagated() did not return while Redis hung");
+    let waited = started.elapsed();
+    for outcome in &outcomes {
+        assert!(not_propagated(outcome), "{outcome:?}");
+    }
+    eventually("B, C and D notice that they are stale", || {
+        [&b, &c, &d].iter().all(|i| !i.stats().fresh)
+    })
+    .await;
+
+    // B (LetThrough): A's keys never reached it, and it lets them through.
+    let before = b.stats();
+    for k in &created {
+        assert!(
+            !has(&b, k),
+            "{k}'s bits cannot have reached B through a hung Redis"
+        );
+        assert!(b.filter().contains(k), "B rejected {k}, created on A");
+    }
+    // Keys nobody inserted are let through as well: that is the policy.
+    assert!(never.iter().all(|k| b.filter().contains(k)));
+    let stats = b.stats();
+    assert!(!stats.fresh, "{stats:?}");
+    assert!(
+        stats.stale_let_through >= before.stale_let_through + 20,
+        "{stats:?}"
+    );
+    assert!(stats.stale_let_through >= 10);
+
+    // C (ServeLocal), just as stale: the policy decides, and it answers from its filter.
+    let before = c.stats();
+    for k in created.iter().chain(&never) {
+        assert!(!c.filter().contains(k), "ServeLocal let {k} through");
+    }
+    let stats = c.stats();
+    assert!(!stats.fresh, "{stats:?}");
+    assert!(
+        stats.stale_rejected >= before.stale_rejected + 20,
+        "{stats:?}"
+    );
+    assert_eq!(stats.stale_let_through, 0, "{stats:?}");
+
+    // D (LetThroughUpTo 5/s): a flood of absent keys over a measured window.
+    let before = d.stats();
+    let window = Instant::now();
+    let (mut through, mut asked) = (0u64, 0u64);
+    while window.elapsed() < Duration::from_secs(2) {
+        for _ in 0..100 {
+            through += u64::from(d.filter().contains(&format!("flood:{asked}")));
+            asked += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let window = window.elapsed();
+    let stats = d.stats();
+    assert!(
+        !stats.fresh,
+        "D must stay stale for the whole window: {stats:?}"
+    );
+    // The budget counts whole seconds: a window touches at most its length rounded up,
+    // plus one, of them.
+    let seconds = window.as_secs() + 2;
+    assert!(
+        through <= 5 * seconds,
+        "{through} of {asked} let through in {window:?} (at most 5 per second)"
+    );
+    assert!(
+        through >= 5,
+        "the budget was not used: {through} of {asked}"
+    );
+    assert_eq!(stats.stale_let_through - before.stale_let_through, through);
+    assert_eq!(
+        stats.stale_rejected - before.stale_rejected,
+        asked - through
+    );
+    eprintln!(
+        "hung Redis: 10 concurrent creates on A returned NotPropagated after {waited:?}; \
+         LetThroughUpTo{{5}} let {through} of {asked} absent keys through in {window:?}"
+    );
+
+    fleet.with_server(|s| s.resume());
+    let took = eventually("B is fresh again and holds A's keys", || {
+        b.stats().fresh && has_all(&b, &created)
+    })
+    .await;
+    eventually("B rejects never-inserted keys again", || {
+        never.iter().all(|k| !b.filter().contains(k))
+    })
+    .await;
+    eventually("C and D are fresh again and hold A's keys", || {
+        [&c, &d]
+            .iter()
+            .all(|i| i.stats().fresh && has_all(i, &created))
+    })
+    .await;
+    create_eventually(&a, "after-resume").await;
+    assert!(a.stats().not_propagated >= 10, "{:?}", a.stats());
+    eprintln!("hung Redis resumed: B fresh with A's 10 keys after {took:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. One instance cut off (Hang, then Blackhole).
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_instance_cut_off_goes_stale_and_recovers() {
+    let Some(fleet) = Fleet::start(3, "cut-off").await else {
+        return;
+    };
+    let a = fleet.join(0, same).await;
+    let b = fleet.join(1, same).await;
+    let c = fleet.join(2, same).await;
+    settle(&[&a, &b, &c]).await;
+    for mode in [Mode::Hang, Mode::Blackhole] {
+        let periods = b.stats().stale_periods;
+        fleet.fault(1, mode).await;
+        let created = keys(&format!("while-b-{mode:?}"), 10);
+        for k in &created {
+            create(&a, k)
+                .await
+                .expect("A is connected: its creates propagate");
+        }
+        let noticed = eventually("B goes stale", || !b.stats().fresh).await;
+        for k in &created {
+            assert!(!has(&b, k), "{k} cannot have reached B ({mode:?})");
+            assert!(
+                b.filter().contains(k),
+                "B rejected {k} while cut off ({mode:?})"
+            );
+        }
+        // C still hears A, but no longer B: it is stale too, and holds A's keys.
+        eventually("C holds A's keys", || has_all(&c, &created)).await;
+        eventually("B reports the stale period", || {
+            b.stats().stale_periods > periods
+        })
+        .await;
+
+        fleet.fault(1, Mode::Pass).await;
+        let took = eventually("B converges and is fresh", || {
+            b.stats().fresh && has_all(&b, &created)
+        })
+        .await;
+        eventually("A and C are fresh again", || {
+            a.stats().fresh && c.stats().fresh
+        })
+        .await;
+        let stats = b.stats();
+        assert!(stats.stale_let_through >= 10, "{stats:?}");
+        eprintln!("B cut off ({mode:?}): stale after {noticed:?}; converged {took:?} after Pass");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. The writer partitioned.
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_partitioned_writer_makes_the_others_stale_until_it_returns() {
+    let Some(fleet) = Fleet::start(3, "partitioned").await else {
+        return;
+    };
+    let a = fleet.join(0, same).await;
+    let b = fleet.join(1, same).await;
+    let c = fleet.join(2, same).await;
+    settle(&[&a, &b, &c]).await;
+    fleet.fault(0, Mode::Blackhole).await;
+    let created = keys("created-while-partitioned", 10);
+    let outcomes = tokio::time::timeout(HANG, join_all(created.iter().map(|k| create(&a, k))))
+        .await
+        .expect("propagated() did not return while partitioned");
+    for outcome in &outcomes {
+        assert!(not_propagated(outcome), "{outcome:?}");
+    }
+    eventually("B and C go stale: no heartbeat from A", || {
+        !b.stats().fresh && !c.stats().fresh
+    })
+    .await;
+    for i in [&b, &c] {
+        let stats = i.stats();
+        let reason = stats.stale_reason.clone().unwrap_or_default();
+        assert!(reason.contains("no heartbeat from instance"), "{stats:?}");
+        for k in &created {
+            assert!(!has(i, k), "{k} cannot have left A");
+            assert!(
+                i.filter().contains(k),
+                "{k}, created on partitioned A, was rejected"
+            );
+        }
+    }
+
+    fleet.fault(0, Mode::Pass).await;
+    let took = eventually("B and C hold A's keys and are fresh", || {
+        [&b, &c]
+            .iter()
+            .all(|i| i.stats().fresh && has_all(i, &created))
+    })
+    .await;
+    eventually("A is fresh again", || a.stats().fresh).await;
+    create_eventually(&a, "after-the-partition").await;
+    eprintln!("partitioned writer back: B and C fresh with its keys {took:?} after Pass");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. Silent versus leaving.
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_silent_instance_is_waited_for_until_member_timeout_and_a_leaving_one_is_not() {
+    let Some(fleet) = Fleet::start(3, "leaving").await else {
+        return;
+    };
+    let member_timeout = Duration::from_secs(2);
+    let cfg = |c: RedisSyncBuilder| c.member_timeout(member_timeout);
+    let a = fleet.join(0, cfg).await;
+    let b = fleet.join(1, cfg).await;
+    let c = fleet.join(2, cfg).await;
+    settle(&[&a, &b, &c]).await;
+
+    // A dies without a goodbye: its connections close, its heartbeats stop.
+    let periods = b.stats().stale_periods;
+    let dropped = Instant::now();
+    drop(a);
+    eventually("B goes stale: A's heartbeats stopped", || !b.stats().fresh).await;
+    let recovered = loop {
+        let stats = b.stats();
+        if stats.fresh {
+            assert_eq!(
+                stats.instances, 2,
+                "fresh again only once A is presumed gone"
+            );
+            break dropped.elapsed();
+        }
+        assert_eq!(stats.instances, 3, "{stats:?}");
+        assert!(dropped.elapsed() < HANG, "hang: B stays stale");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    };
+    assert!(
+        recovered >= member_timeout - STALE_AFTER,
+        "B stopped waiting for A after {recovered:?}, before member_timeout"
+    );
+    eventually("the period is counted", || {
+        b.stats().stale_periods == periods + 1
+    })
+    .await;
+
+    // C leaves cleanly: B stops waiting for it at once and never goes stale.
+    let periods = b.stats().stale_periods;
+    let let_through = b.stats().stale_let_through;
+    c.leave().await;
+    let watched = Instant::now();
+    let mut gone = false;
+    while watched.elapsed() < STALE_AFTER * 3 {
+        let stats = b.stats();
+        assert!(stats.fresh, "B went stale after C left cleanly: {stats:?}");
+        gone |= stats.instances == 1;
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let stats = b.stats();
+    assert!(gone && stats.instances == 1, "{stats:?}");
+    assert_eq!(stats.stale_periods, periods, "{stats:?}");
+    assert_eq!(stats.stale_let_through, let_through, "{stats:?}");
+    eprintln!(
+        "silent instance: B fresh again {recovered:?} after it died (member_timeout \
+         {member_timeout:?}); leaving instance: B never stale"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. Redis restored from an old dump.
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_restored_from_an_old_dump_is_refilled_from_the_source() {
+    let Some(mut fleet) = Fleet::start(3, "old-dump").await else {
+        return;
+    };
+    let all = keys("user", 1000);
+    let (first, later) = all.split_at(500);
+    let a = fleet.join(0, same).await;
+    let b = fleet.join(1, same).await;
+    settle(&[&a, &b]).await;
+    for (i, k) in first.iter().enumerate() {
+        [&a, &b][i % 2].filter().insert(k);
+    }
+    a.propagated().await.expect("A's inserts in Redis");
+    b.propagated().await.expect("B's inserts in Redis");
+    let dump = fleet.with_server(|s| s.save_dump());
+    for (i, k) in later.iter().enumerate() {
+        [&a, &b][i % 2].filter().insert(k);
+    }
+    a.propagated().await.expect("A's inserts in Redis");
+    b.propagated().await.expect("B's inserts in Redis");
+    drop(a);
+    drop(b);
+
+    fleet.with_server(|s| s.restart_from(&dump));
+    let d = fleet.join(0, same).await;
+    assert!(has_all(&d, first), "the dump's keys are there");
+    let missing = later.iter().filter(|k| !has(&d, *k)).count();
+    assert!(
+        missing > 400,
+        "only {missing} of the 500 later keys are missing"
+    );
+    let source: Vec<String> = all.clone(); // the database: every key, with a count
+    let outcome = d.refill_if_lost(&source).await.expect("refill");
+    assert!(
+        matches!(outcome, Some(Rebuilt::Rebuilt { keys: 1000, .. })),
+        "{outcome:?}"
+    );
+    assert!(has_all(&d, &all), "D holds every key after the refill");
+    let e = fleet.join(1, same).await;
+    assert!(has_all(&e, &all), "a newcomer holds every key");
+    assert_eq!(e.refill_if_lost(&source).await.expect("check"), None);
+    assert_eq!(d.refill_if_lost(&source).await.expect("check"), None);
+    assert_eq!(d.stats().refills, 1);
+    eprintln!("old dump: {missing} keys missing after the restore; refilled: {outcome:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. A late instance's keys through a generation switch (the issue's scenario).
+// ---------------------------------------------------------------------------------------------
+
+/// A source whose stream, once asked for, waits for its gate before yielding anything.
+struct Gated {
+    keys: Vec<String>,
+    started: AtomicBool,
+    gate: Semaphore,
+}
+
+impl Gated {
+    fn new(keys: Vec<String>) -> Self {
+        Self {
+            keys,
+            started: AtomicBool::new(false),
+            gate: Semaphore::new(0),
+        }
+    }
+}
+
+impl KeySource for Gated {
+    type Error = Infallible;
+
+    fn keys(&self) -> impl Stream<Item = Result<impl Key + Send + '_, Infallible>> + Send + '_ {
+        futures_util::stream::once(async move {
+            self.started.store(true, SeqCst);
+            let _open = self.gate.acquire().await;
+        })
+        .flat_map(move |()| futures_util::stream::iter(self.keys.iter().map(Ok)))
+    }
+
+    fn count_hint(&self) -> Option<u64> {
+        Some(self.keys.len() as u64)
+    }
+}
+
+/// A rebuilds from a gated source; C is hung (so it misses the acknowledgement window) and
+/// inserts K; C is released before the switch or after it. B reconciles every 60 s: only
+/// pub/sub routing can bring K into B's new generation.
+async fn late_instance(prefix: &str, release_before_switch: bool) {
+    let Some(fleet) = Fleet::start(3, prefix).await else {
+        return;
+    };
+    let slow = |c: RedisSyncBuilder| c.reconcile_every(Duration::from_secs(60));
+    let a = Arc::new(fleet.join(0, slow).await);
+    let b = fleet.join(1, slow).await;
+    let c = fleet.join(2, slow).await;
+    settle(&[&a, &b, &c]).await;
+    let rows = keys("row", 200);
+    for k in &rows {
+        a.filter().insert(k);
+    }
+    a.propagated().await.expect("A's rows published");
+    eventually("every instance holds the rows", || {
+        [&*a, &b, &c].iter().all(|i| has_all(i, &rows))
+    })
+    .await;
+
+    fleet.fault(2, Mode::Hang).await;
+    let source = Arc::new(Gated::new(rows.clone()));
+    let rebuild = tokio::spawn({
+        let (a, source) = (Arc::clone(&a), Arc::clone(&source));
+        async move { a.rebuild(&*source).await }
+    });
+    eventually("B double-writes generation 2", || {
+        b.stats().building == Some(2)
+    })
+    .await;
+    eventually("the rebuild sealed and reads its source", || {
+        source.started.load(SeqCst)
+    })
+    .await;
+    assert_eq!(c.stats().building, None, "C, hung, missed the rebuild");
+    let k = "created-on-late-c";
+    c.filter().insert(k);
+    let outcome = c.propagated().await;
+    assert!(
+        not_propagated(&outcome),
+        "C's publish is stuck: {outcome:?}"
+    );
+    assert!(!has(&b, k));
+
+    if release_before_switch {
+        fleet.fault(2, Mode::Pass).await;
+        eventually(
+            "B receives K (bits of generation 1, the one C serves)",
+            || has(&b, k),
+        )
+        .await;
+        assert_eq!(b.stats().generation, 1, "the source is still gated");
+        source.gate.add_permits(1);
+        let outcome = rebuild.await.unwrap().expect("rebuild");
+        assert!(
+            matches!(outcome, Rebuilt::Rebuilt { generation: 2, .. }),
+            "{outcome:?}"
+        );
+        eventually("B switched", || b.stats().generation == 2).await;
+        assert!(has(&b, k), "B lost K, created on late C, at the switch");
+    } else {
+        source.gate.add_permits(1);
+        let outcome = rebuild.await.unwrap().expect("rebuild");
+        assert!(
+            matches!(outcome, Rebuilt::Rebuilt { generation: 2, .. }),
+            "{outcome:?}"
+        );
+        eventually("B switched", || b.stats().generation == 2).await;
+        assert!(!has(&b, k), "K cannot have reached B yet: C is still hung");
+        fleet.fault(2, Mode::Pass).await;
+        eventually(
+            "B receives C's bits of generation 1 into generation 2",
+            || has(&b, k),
+        )
+        .await;
+    }
+    let expected: Vec<String> = rows.iter().cloned().chain([k.to_owned()]).collect();
+    eventually_with(
+        "every instance serves generation 2 with K and the rows",
+        || {
+            [&*a, &b, &c]
+                .iter()
+                .all(|i| i.stats().generation == 2 && has_all(i, &expected))
+        },
+        || describe(&[&a, &b, &c], &expected),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_late_instance_keeps_its_keys_through_a_generation_switch_released_before_it() {
+    late_instance("late-before", true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_late_instance_keeps_its_keys_through_a_generation_switch_released_after_it() {
+    late_instance("late-after", false).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7. A rebuild much longer than the lock's TTL.
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rebuild_whose_source_takes_ten_lock_ttls_succeeds() {
+    let Some(fleet) = Fleet::start(3, "long-rebuild").await else {
+        return;
+    };
+    let a = fleet.join(0, same).await;
+    let b = fleet.join(1, same).await;
+    let c = fleet.join(2, same).await;
+    settle(&[&a, &b, &c]).await;
+    let rows = keys("slow-row", 300);
+    // The database: the source snapshots it inside `keys()` and yields it slowly.
+    let db = Arc::new(Mutex::new(rows.clone()));
+    let source = key_source::from_stream({
+        let db = Arc::clone(&db);
+        move || {
+            let snapshot = db.lock().unwrap().clone();
+            futures_util::stream::iter(snapshot).then(|key| async move {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                Ok::<_, Infallible>(key)
+            })
+        }
+    });
+    let started = Instant::now();
+    let rebuild = a.rebuild(&source);
+    let inserts = async {
+        // Records created elsewhere while the rebuild runs survive it too.
+        let mut during = Vec::new();
+        while started.elapsed() < LOCK_TTL * 8 {
+            let key = format!("during:{}", during.len());
+            let pending = b.filter().prepare_insert(&key);
+            b.propagated().await.expect("B's create");
+            db.lock().unwrap().push(key.clone());
+            pending.committed().await;
+            during.push(key);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        during
+    };
+    let (outcome, during) = tokio::join!(rebuild, inserts);
+    let took = started.elapsed();
+    assert!(
+        matches!(outcome, Ok(Rebuilt::Rebuilt { keys, generation: 2 }) if keys >= 300),
+        "{outcome:?}"
+    );
+    assert!(
+        took >= LOCK_TTL * 10,
+        "the source must outlast ten lock TTLs: {took:?}"
+    );
+    let all: Vec<String> = rows.iter().chain(&during).cloned().collect();
+    eventually_with(
+        "every instance switched, with every key",
+        || {
+            [&a, &b, &c].iter().all(|i| {
+                let s = i.stats();
+                s.generation == 2 && s.building.is_none() && has_all(i, &all)
+            })
+        },
+        || describe(&[&a, &b, &c], &all),
+    )
+    .await;
+    eprintln!(
+        "rebuild over {took:?} with lock_ttl {LOCK_TTL:?}: {outcome:?}; {} keys created meanwhile",
+        during.len()
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 8. A much smaller rebuild is refused; force switches.
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_much_smaller_rebuild_is_refused_and_force_switches() {
+    let Some(fleet) = Fleet::start(3, "shrunk").await else {
+        return;
+    };
+    let a = fleet.join(0, same).await;
+    let b = fleet.join(1, same).await;
+    let c = fleet.join(2, same).await;
+    settle(&[&a, &b, &c]).await;
+    let all = keys("account", 1000);
+    for k in &all {
+        a.filter().insert(k);
+    }
+    a.propagated().await.expect("published");
+    eventually("every instance holds the 1000 keys", || {
+        [&a, &b, &c].iter().all(|i| has_all(i, &all))
+    })
+    .await;
+    // A source pointed at the wrong table: a tenth of the keys.
+    let wrong: Vec<String> = all[..100].to_vec();
+
+    let outcome = a.rebuild(&wrong).await;
+    match &outcome {
+        Err(Error::Shrunk {
+            serving, rebuilt, ..
+        }) => assert!(rebuilt < serving, "{outcome:?}"),
+        other => panic!("expected Error::Shrunk, got {other:?}"),
+    }
+    assert_eq!(a.stats().refused_switches, 1);
+    eventually("the refused generation is dropped everywhere", || {
+        [&a, &b, &c].iter().all(|i| i.stats().building.is_none())
+    })
+    .await;
+    for i in [&a, &b, &c] {
+        assert_eq!(i.stats().generation, 1, "{:?}", i.stats());
+        assert!(has_all(i, &all), "a refused rebuild lost keys");
+    }
+
+    let outcome = a.force_rebuild(&wrong).await;
+    assert!(
+        matches!(
+            outcome,
+            Ok(Rebuilt::Rebuilt {
+                keys: 100,
+                generation: 2
+            })
+        ),
+        "{outcome:?}"
+    );
+    eventually("every instance switched", || {
+        [&a, &b, &c].iter().all(|i| i.stats().generation == 2)
+    })
+    .await;
+    assert!(has_all(&a, &wrong));
+    let kept = all[100..].iter().filter(|k| has(&a, *k)).count();
+    assert_eq!(kept, 0, "forced: the deleted keys are gone on A");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 9. Cross-instance invalidation of cached "not found".
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_create_invalidates_not_found_on_every_instance() {
+    let Some(fleet) = Fleet::start(3, "negative").await else {
+        return;
+    };
+    let a = fleet.join(0, same).await;
+    let b = fleet.join(1, same).await;
+    let c = fleet.join(2, same).await;
+    settle(&[&a, &b, &c]).await;
+    let db: Arc<Mutex<HashMap<u64, String>>> = Arc::default();
+    let loads = Arc::new(AtomicU64::new(0));
+    let cache = |sync: &RedisSync| -> GuardedCache<u64, String> {
+        GuardedCache::builder(sync.filter().clone())
+            .negative_ttl(Duration::from_secs(3600))
+            .build()
+    };
+    let (users_b, users_c) = (cache(&b), cache(&c));
+    let lookup = |users: &GuardedCache<u64, String>| {
+        let (users, db, loads) = (users.clone(), Arc::clone(&db), Arc::clone(&loads));
+        async move {
+            users
+                .get_or_load(&7, |id| async move {
+                    loads.fetch_add(1, SeqCst);
+                    Ok::<_, Infallible>(db.lock().unwrap().get(&id).cloned())
+                })
+                .await
+                .expect("load")
+        }
+    };
+
+    // Key 7's bits pass everyone's filter before its record exists (a create in progress,
+    // or a false positive): B and C look it up and cache "not found".
+    a.filter().insert(&7u64);
+    a.propagated().await.expect("published");
+    eventually("7's bits reach B and C", || {
+        has(&b, &7u64) && has(&c, &7u64)
+    })
+    .await;
+    assert_eq!(lookup(&users_b).await, None);
+    assert_eq!(lookup(&users_c).await, None);
+    assert_eq!(loads.load(SeqCst), 2);
+    assert_eq!(lookup(&users_b).await, None);
+    assert_eq!(loads.load(SeqCst), 2, "the negative entry answers");
+
+    // A creates 7 properly.
+    let pending = a.filter().prepare_insert(&7u64);
+    a.propagated().await.expect("published");
+    db.lock().unwrap().insert(7, "Ada".to_owned());
+    pending.committed().await;
+    let started = Instant::now();
+    for users in [&users_b, &users_c] {
+        loop {
+            if lookup(users).await.as_deref() == Some("Ada") {
+                break;
+            }
+            assert!(
+                started.elapsed() < HANG,
+                "hang: 7 stays \"not found\" elsewhere"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    eprintln!(
+        "create on A visible through B's and C's negative caches after {:?} (negative_ttl 1 h)",
+        started.elapsed()
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 10. The figures: writers and readers through every fault.
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Clone, Copy)]
+struct Created {
+    key: u64,
+    on: usize,
+    at: Instant,
+}
+
+#[derive(Default)]
+struct PhaseCounts {
+    creates: AtomicU64,
+    not_propagated: AtomicU64,
+    checks: AtomicU64,
+    absent_late: AtomicU64,
+    absent_within: AtomicU64,
+    /// The oldest key (since its create returned) answered absent within the bound.
+    longest_absent_us: AtomicU64,
+}
+
+struct Run {
+    nodes: Vec<Arc<RedisSync>>,
+    created: Mutex<Vec<Created>>,
+    phase: AtomicUsize,
+    counts: Vec<PhaseCounts>,
+    /// `usize::MAX`: a random instance per create.
+    writer_on: AtomicUsize,
+    stop: AtomicBool,
+    violations: Mutex<Vec<String>>,
+}
+
+const RANDOM: usize = usize::MAX;
+
+/// A Markdown table, columns padded (the first left-aligned, the others right-aligned).
+fn markdown(rows: &[Vec<String>]) -> String {
+    let widths: Vec<usize> = (0..rows[0].len())
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let line = |row: &Vec<String>| {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(c, (cell, &w))| {
+                let pad = " ".repeat(w - cell.chars().count());
+                if c == 0 {
+                    format!("{cell}{pad}")
+                } else {
+                    format!("{pad}{cell}")
+                }
+            })
+            .collect();
+        format!("| {} |\n", cells.join(" | "))
+    };
+    let rule: Vec<String> = widths
+        .iter()
+        .enumerate()
+        .map(|(c, &w)| {
+            if c == 0 {
+                format!(":{}", "-".repeat(w + 1))
+            } else {
+                format!("{}:", "-".repeat(w + 1))
+            }
+        })
+        .collect();
+    let mut out = line(&rows[0]);
+    out.push_str(&format!("|{}|\n", rule.join("|")));
+    for row in &rows[1..] {
+        out.push_str(&line(row));
+    }
+    out
+}
+
+async fn writer(run: Arc<Run>) {
+    let mut rng: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = 0u64;
+    while !run.stop.load(SeqCst) {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let on = match run.writer_on.load(SeqCst) {
+            RANDOM => (rng % run.nodes.len() as u64) as usize,
+            on => on,
+        };
+        let phase = run.phase.load(SeqCst);
+        let key = 1_000_000 + next;
+        next += 1;
+        run.nodes[on].filter().insert(&key);
+        let outcome = run.nodes[on].propagated().await;
+        let at = Instant::now();
+        let counts = &run.counts[phase];
+        counts.creates.fetch_add(1, SeqCst);
+        if outcome.is_err() {
+            counts.not_propagated.fetch_add(1, SeqCst);
+        }
+        run.created.lock().unwrap().push(Created { key, on, at });
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+async fn reader(run: Arc<Run>, me: usize) {
+    while !run.stop.load(SeqCst) {
+        let created = run.created.lock().unwrap().clone();
+        for c in created.iter().filter(|c| c.on != me) {
+            let phase = run.phase.load(SeqCst);
+            let present = run.nodes[me].filter().contains(&c.key);
+            let age = c.at.elapsed();
+            let counts = &run.counts[phase];
+            counts.checks.fetch_add(1, SeqCst);
+            if present {
+                continue;
+            }
+            if age > STALE_AFTER {
+                counts.absent_late.fetch_add(1, SeqCst);
+                let mut violations = run.violations.lock().unwrap();
+                if violations.len() < 20 {
+                    let stats = run.nodes[me].stats();
+                    violations.push(format!(
+                        "phase {phase}: key {} created on {} answered absent on {me} {age:?} \
+                         after its create returned; {stats:?}",
+                        c.key, c.on
+                    ));
+                }
+            } else {
+                counts.absent_within.fetch_add(1, SeqCst);
+                counts
+                    .longest_absent_us
+                    .fetch_max(age.as_micros() as u64, SeqCst);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+fn let_through(run: &Run) -> u64 {
+    run.nodes.iter().map(|n| n.stats().stale_let_through).sum()
+}
+
+/// Until every instance is fresh and holds every key whose create returned before `lifted`.
+async fn converge(run: &Run, lifted: Instant) -> Duration {
+    let keys: Vec<u64> = run
+        .created
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|c| c.at <= lifted)
+        .map(|c| c.key)
+        .collect();
+    eventually("every instance fresh, holding every key", || {
+        run.nodes
+            .iter()
+            .all(|n| n.stats().fresh && keys.iter().all(|k| has(n, k)))
+    })
+    .await;
+    lifted.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writers_and_readers_through_every_fault() {
+    let Some(mut fleet) = Fleet::start(3, "figures").await else {
+        return;
+    };
+    let fault_for = Duration::from_secs(2);
+    let mut nodes = Vec::new();
+    for slot in 0..3 {
+        nodes.push(Arc::new(fleet.join(slot, same).await));
+    }
+    settle(&nodes.iter().map(|n| &**n).collect::<Vec<_>>()).await;
+    const PHASES: [&str; 6] = [
+        "steady (no fault)",
+        "Redis SIGSTOP",
+        "Hang: proxy of B",
+        "Blackhole: writer's A",
+        "Redis killed, restarted empty",
+        "Redis restarted from old dump",
+    ];
+    let run = Arc::new(Run {
+        nodes,
+        created: Mutex::new(Vec::new()),
+        phase: AtomicUsize::new(0),
+        counts: PHASES.iter().map(|_| PhaseCounts::default()).collect(),
+        writer_on: AtomicUsize::new(RANDOM),
+        stop: AtomicBool::new(false),
+        violations: Mutex::new(Vec::new()),
+    });
+    let mut tasks = vec![tokio::spawn(writer(Arc::clone(&run)))];
+    for me in 0..3 {
+        tasks.push(tokio::spawn(reader(Arc::clone(&run), me)));
+    }
+
+    let mut rows = Vec::new();
+    let mut dump: Option<std::path::PathBuf> = None;
+    for (phase, name) in PHASES.iter().enumerate() {
+        let through_before = let_through(&run);
+        run.phase.store(phase, SeqCst);
+        let began = Instant::now();
+        match phase {
+            0 => tokio::time::sleep(fault_for).await,
+            1 => {
+                fleet.with_server(|s| s.pause());
+                tokio::time::sleep(fault_for).await;
+                fleet.with_server(|s| s.resume());
+            }
+            2 => {
+                fleet.fault(1, Mode::Hang).await;
+                tokio::time::sleep(fault_for).await;
+                fleet.fault(1, Mode::Pass).await;
+            }
+            3 => {
+                run.writer_on.store(0, SeqCst);
+                fleet.fault(0, Mode::Blackhole).await;
+                tokio::time::sleep(fault_for).await;
+                fleet.fault(0, Mode::Pass).await;
+            }
+            4 => {
+                fleet.with_server(|s| s.kill());
+                tokio::time::sleep(fault_for).await;
+                fleet.with_server(|s| s.restart_empty());
+            }
+            5 => {
+                let dump = dump.take().expect("saved after the steady phase");
+                fleet.with_server(|s| s.restart_from(&dump));
+            }
+            _ => unreachable!(),
+        }
+        let lifted = Instant::now();
+        let fault = lifted - began;
+        let converged = converge(&run, lifted).await;
+        run.writer_on.store(RANDOM, SeqCst);
+        if phase == 0 {
+            dump = Some(fleet.with_server(|s| s.save_dump()));
+        }
+        rows.push((name, fault, converged, let_through(&run) - through_before));
+    }
+    run.stop.store(true, SeqCst);
+    for task in tasks {
+        task.await.expect("a writer or reader panicked");
+    }
+
+    let stale_ms = STALE_AFTER.as_millis();
+    let mut table = vec![vec![
+        "phase".to_owned(),
+        "fault lasted".to_owned(),
+        "creates".to_owned(),
+        "not propagated".to_owned(),
+        "reader checks".to_owned(),
+        format!("absent > {stale_ms} ms"),
+        format!("absent ≤ {stale_ms} ms"),
+        "oldest absent".to_owned(),
+        "let-throughs".to_owned(),
+        "converged".to_owned(),
+    ]];
+    let mut late = 0;
+    for (phase, (name, fault, converged, through)) in rows.iter().enumerate() {
+        let counts = &run.counts[phase];
+        late += counts.absent_late.load(SeqCst);
+        let oldest = counts.longest_absent_us.load(SeqCst);
+        table.push(vec![
+            name.to_string(),
+            if phase == 0 {
+                "-".to_owned()
+            } else {
+                format!("{:.2} s", fault.as_secs_f64())
+            },
+            counts.creates.load(SeqCst).to_string(),
+            counts.not_propagated.load(SeqCst).to_string(),
+            counts.checks.load(SeqCst).to_string(),
+            counts.absent_late.load(SeqCst).to_string(),
+            counts.absent_within.load(SeqCst).to_string(),
+            if oldest == 0 {
+                "-".to_owned()
+            } else {
+                format!("{:.1} ms", oldest as f64 / 1000.0)
+            },
+            through.to_string(),
+            format!("{:.2} s", converged.as_secs_f64()),
+        ]);
+    }
+    eprintln!(
+        "\nThree instances (heartbeat {} ms, stale_after {stale_ms} ms, response_timeout 500 ms, \
+         policy LetThrough), each through its own proxy to one redis-server; one writer creating \
+         keys through random instances (insert, then propagated()); one reader per instance \
+         checking every key created on the other two, every 2 ms:\n\n{}",
+        HEARTBEAT.as_millis(),
+        markdown(&table)
+    );
+    eprintln!(
+        "A phase runs from the fault until every instance converged. creates: creates that \
+         returned (not propagated: propagated() gave NotPropagated). absent > {stale_ms} ms: \
+         a key answered absent (filter().contains) more than stale_after after its create \
+         returned, outside the documented bound (must be 0); absent ≤ {stale_ms} ms: within \
+         it, with the oldest such key's age. let-throughs: lookups the filters would have \
+         rejected, let through while stale (RedisStats::stale_let_through, all instances; the \
+         readers re-check every missing key every 2 ms). converged: from the fault lifted \
+         until every instance is fresh and holds every key created before.\n"
+    );
+    let violations = run.violations.lock().unwrap();
+    assert_eq!(
+        late, 0,
+        "existing keys answered absent outside the bound:\n{violations:#?}"
+    );
+}
