@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-/// What [`RedisSync::rebuild`] did.
+/// What [`RedisSync::rebuild`](crate::RedisSync::rebuild) did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Rebuilt {
@@ -33,7 +33,7 @@ pub struct ReconcileReport {
     pub segments_pushed: u64,
 }
 
-/// Connection state and counters; see [`RedisSync::stats`].
+/// Connection state and counters; see [`RedisSync::stats`](crate::RedisSync::stats).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RedisStats {
