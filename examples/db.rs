@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use bloom_tower::KeySource;
-use bloom_tower::key_source::Watermark;
-use futures_util::{Stream, StreamExt as _, TryStreamExt as _, stream};
+use bloom_tower::key_source::{self, Watermark};
+use futures_util::Stream;
 use serde::{Deserialize, Serialize};
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{AnyPool, Connection as _, Executor as _};
@@ -69,6 +69,17 @@ struct Counters {
     in_flight: Mutex<BTreeSet<u64>>,
     queries_metric: metrics::Counter,
     misses_metric: metrics::Counter,
+}
+
+impl Counters {
+    /// The lowest id handed out whose `INSERT` has not finished, if any.
+    fn lowest_in_flight(&self) -> Option<i64> {
+        let in_flight = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        in_flight.first().map(|&id| id as i64)
+    }
 }
 
 impl std::fmt::Debug for Db {
@@ -288,27 +299,6 @@ impl Db {
         }
     }
 
-    /// The highest id every row at or below which is committed (as far as this process
-    /// knows): `MAX(id)`, held below any id still being inserted. Read *after* `MAX(id)`, so
-    /// an insert that commits in between is either below the result or was committed before
-    /// this returns.
-    async fn watermark(&self) -> Result<u64, sqlx::Error> {
-        self.count_query();
-        let max: Option<i64> = sqlx::query_scalar("SELECT MAX(id) FROM users")
-            .fetch_one(&self.pool)
-            .await?;
-        let max = max.map_or(0, |max| max as u64);
-        let in_flight = self
-            .counters
-            .in_flight
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        Ok(match in_flight.first() {
-            Some(&lowest) => max.min(lowest - 1),
-            None => max,
-        })
-    }
-
     /// Inserts a user with an id from [`allocate_id`](Self::allocate_id) (auto-commit: the row
     /// is visible when this returns).
     pub async fn insert_user(&self, id: u64, name: &str, email: &str) -> anyhow::Result<User> {
@@ -350,10 +340,20 @@ impl Db {
     /// A [`KeySource`] streaming every user id, for the Bloom filter's (re)builds; its count
     /// hint is taken now with `SELECT COUNT(*)` and refreshed by every complete read.
     pub async fn user_ids(&self) -> Result<UserIds, sqlx::Error> {
-        let count = self.count_users().await?;
+        let counters = Arc::clone(&self.counters);
+        self.count_query();
+        let ids = key_source::sqlx::query::<i64, _>(self.pool.clone(), "SELECT id FROM users")
+            .with_watermark(
+                "SELECT MAX(id) FROM users",
+                "SELECT id FROM users WHERE id > $1",
+            )
+            // Never past an id whose INSERT is still running (see `allocate_id`).
+            .hold_back(move || counters.lowest_in_flight())
+            .counted_with("SELECT COUNT(*) FROM users")
+            .await?;
         Ok(UserIds {
             db: self.clone(),
-            count: Arc::new(AtomicU64::new(count)),
+            ids,
         })
     }
 
@@ -398,13 +398,17 @@ impl Drop for AllocatedId {
     }
 }
 
-/// Every user id, streamed from `SELECT id FROM users` (rows are decoded as they arrive; the
-/// ids are never collected into a `Vec`). Works on SQLite and PostgreSQL alike.
+/// Every user id, streamed from `SELECT id FROM users` by bloom-tower's
+/// [`key_source::sqlx::query`] (rows are decoded as they arrive; the ids are never collected
+/// into a `Vec`), every statement counted in [`Db::queries`]. Works on SQLite and PostgreSQL
+/// alike. The ids come as `i64`, whose key bytes are those of the `u64` ids the service
+/// inserts.
 ///
 /// The query runs inside [`KeySource::keys`], so a rebuild sees every user whose id was
 /// inserted into the filter before it started, as [`bloom_tower::key_source`] requires.
 ///
-/// Its watermark is the highest id below which every row is committed, and
+/// Its watermark is the highest id below which every row is committed (`MAX(id)`, held below
+/// any id [`Db::allocate_id`] handed out whose `INSERT` is still running), and
 /// `keys_since(w)` is `SELECT id FROM users WHERE id > w`: a restart from a snapshot reads
 /// only the users created since (by this service before it was killed, or by any other
 /// writer while it was down), provided other writers also give new rows ids above every
@@ -412,7 +416,7 @@ impl Drop for AllocatedId {
 #[derive(Clone, Debug)]
 pub struct UserIds {
     db: Db,
-    count: Arc<AtomicU64>,
+    ids: key_source::sqlx::Query<i64, sqlx::Any>,
 }
 
 impl KeySource for UserIds {
@@ -423,30 +427,16 @@ impl KeySource for UserIds {
     ) -> impl Stream<Item = Result<impl bloom_tower::Key + Send + '_, sqlx::Error>> + Send + '_
     {
         self.db.count_query();
-        let read = Arc::new(AtomicU64::new(0));
-        let counted = Arc::clone(&read);
-        let rows = sqlx::query_scalar::<_, i64>("SELECT id FROM users")
-            .fetch(&self.db.pool)
-            .map_ok(move |id| {
-                counted.fetch_add(1, Relaxed);
-                id as u64
-            });
-        // Once the rows are exhausted, remember how many there were: the next rebuild sizes
-        // its filter for it.
-        let hint = Arc::clone(&self.count);
-        let done = stream::once(async move {
-            hint.store(read.load(Relaxed), Relaxed);
-        })
-        .filter_map(|()| async { None::<Result<u64, sqlx::Error>> });
-        rows.chain(done)
+        self.ids.keys()
     }
 
     fn count_hint(&self) -> Option<u64> {
-        Some(self.count.load(Relaxed))
+        self.ids.count_hint()
     }
 
     async fn watermark(&self) -> Result<Option<Watermark>, sqlx::Error> {
-        Ok(Some(Watermark::from(self.db.watermark().await?)))
+        self.db.count_query();
+        self.ids.watermark().await
     }
 
     fn keys_since<'a>(
@@ -455,16 +445,7 @@ impl KeySource for UserIds {
     ) -> impl Stream<Item = Result<impl bloom_tower::Key + Send + 'a, sqlx::Error>> + Send + 'a
     {
         self.db.count_query();
-        // A watermark this source did not write (not 8 bytes) reads everything: slower, never
-        // wrong.
-        let since = since
-            .to_u64()
-            .and_then(|since| i64::try_from(since).ok())
-            .unwrap_or(-1);
-        sqlx::query_scalar::<_, i64>("SELECT id FROM users WHERE id > $1")
-            .bind(since)
-            .fetch(&self.db.pool)
-            .map_ok(|id| id as u64)
+        self.ids.keys_since(since)
     }
 }
 

@@ -9,6 +9,15 @@
 //! curl localhost:3000/metrics
 //! ```
 //!
+//! `--admin-port 3001` also serves the operator's routes (`bloom_tower::admin`) on
+//! 127.0.0.1:3001 only, a listener of their own because they have no authentication:
+//!
+//! ```sh
+//! curl localhost:3001/filters
+//! curl -X POST localhost:3001/filters/users/rebuild
+//! curl -X POST localhost:3001/filters/users/snapshot
+//! ```
+//!
 //! An empty database gets 10,000 users first (`--seed` to choose). Ctrl-C or SIGTERM stops
 //! it gracefully and saves the filter snapshot (`./data/users.bloom`; it is also saved after
 //! every rebuild and every `--snapshot-secs`). The next start loads the snapshot and reads
@@ -26,6 +35,10 @@ struct Cli {
     /// Port on 127.0.0.1 (0: any free port).
     #[arg(long, default_value_t = 3000)]
     port: u16,
+    /// Also serve the admin routes (filter stats, rebuild, snapshot; no authentication) on
+    /// this port of 127.0.0.1.
+    #[arg(long)]
+    admin_port: Option<u16>,
     /// Users to create if the database is empty.
     #[arg(long, default_value_t = 10_000)]
     seed: u64,
@@ -62,6 +75,18 @@ async fn main() -> anyhow::Result<()> {
         users = app.db().count_users().await?,
         "listening; ctrl-c to stop"
     );
+    if let (Some(port), Some(admin)) = (cli.admin_port, app.admin_router()) {
+        // Localhost only, and apart from the public port: the admin routes have no auth.
+        let admin_listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .with_context(|| format!("binding the admin port 127.0.0.1:{port}"))?;
+        tracing::info!(addr = %admin_listener.local_addr()?, "admin routes listening");
+        tokio::spawn(async move {
+            if let Err(error) = axum::serve(admin_listener, admin).await {
+                tracing::warn!(%error, "the admin listener stopped");
+            }
+        });
+    }
     app.serve(listener, shutdown_signal()).await
 }
 

@@ -452,6 +452,17 @@ async fn metrics_are_prometheus_text(backend: Backend) {
     let _ = expect("user_service_db_misses_total", "service");
     let fpr = expect("user_service_measured_fpr", "service");
     assert!((0.0..=1.0).contains(&fpr));
+    // The library's rate counts the guard's rejections with the cache's: the app's figure.
+    let library = expect("bloom_filter_measured_fpr", "filter");
+    assert!(
+        (library - fpr).abs() < 1e-9,
+        "bloom_filter_measured_fpr {library} vs the app's {fpr}"
+    );
+    assert_eq!(
+        expect("bloom_filter_rejections_total", "filter"),
+        expect("bloom_guard_rejected_total", "guard")
+            + expect("bloom_cache_filter_rejections_total", "cache")
+    );
     let fill = expect("user_service_filter_fill_ratio", "service");
     assert!(fill > 0.0 && fill < 1.0, "fill {fill}");
     let estimated = expect("user_service_filter_estimated_fpr", "service");
@@ -896,4 +907,81 @@ async fn postgres_suite() {
     restart_from_snapshot_finds_every_user(Backend::postgres(&server, "restart")).await;
     watermark_waits_for_inserts_in_flight(Backend::postgres(&server, "watermark")).await;
     a_create_cancelled_at_each_await_is_found(Backend::postgres(&server, "cancelled_create")).await;
+}
+
+// ---- The admin routes (`--admin-port`) -----------------------------------------------------
+
+/// `App::admin_router` on a listener of its own, as `--admin-port` serves it: a user written
+/// to the database behind the filter's back is let through after `POST …/rebuild`, and the
+/// snapshot goes where the service keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_admin_routes_rebuild_and_snapshot() {
+    let backend = Backend::sqlite();
+    let service = backend.start("admin").await;
+    let name = service.app.config().name.clone();
+    let admin = service.app.admin_router().expect("a guarded service");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let admin_url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, admin).await.unwrap() });
+    let client = client();
+
+    let filters: Value = client
+        .get(format!("{admin_url}/filters"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(filters["filters"][0]["name"], name.as_str(), "{filters}");
+    assert_eq!(filters["filters"][0]["rebuilds"], 1, "{filters}");
+
+    // Another writer's user: not in this instance's filter until a rebuild reads the table.
+    let filter = service.app.filter().unwrap().clone();
+    let id = (SEEDED + 1..).find(|id| !filter.contains(id)).unwrap();
+    service
+        .app
+        .db()
+        .insert_user(id, "Behind", "behind@example.com")
+        .await
+        .unwrap();
+    let user_url = format!("{}/users/{id}", service.url());
+    assert_eq!(
+        get(&client, user_url.clone()).await.0,
+        StatusCode::NOT_FOUND
+    );
+
+    let response = client
+        .post(format!("{admin_url}/filters/{name}/rebuild"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let outcome: Value = response.json().await.unwrap();
+    assert_eq!(outcome["outcome"], "rebuilt", "{outcome}");
+    assert_eq!(outcome["keys"], SEEDED + 1, "{outcome}");
+    assert_eq!(filter.stats().rebuilds, 2);
+    assert_eq!(get(&client, user_url).await.0, StatusCode::OK);
+
+    let snapshot = service.app.config().snapshot_path();
+    let _ = std::fs::remove_file(&snapshot);
+    let response = client
+        .post(format!("{admin_url}/filters/{name}/snapshot"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let loaded = bloom_tower::SharedFilter::load(&snapshot).await.unwrap();
+    assert!(loaded.contains(&id));
+
+    let caches: Value = client
+        .get(format!("{admin_url}/caches"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(caches["caches"][0]["name"], name.as_str(), "{caches}");
+    service.shutdown().await.unwrap();
 }

@@ -187,6 +187,8 @@ struct Guarded {
     /// With `--redis`: the sync that shares the filter (and runs the scheduled rebuilds, one
     /// instance at a time).
     redis: Option<bloom_redis::RedisSync>,
+    /// What the admin router's rebuilds read: the scheduled rebuilds' source.
+    source: crate::db::UserIds,
 }
 
 /// Counters of one service instance, for the demo's table.
@@ -245,6 +247,7 @@ impl App {
             None
         } else {
             let source = db.user_ids().await.context("counting the users")?;
+            let admin_source = source.clone();
             let (filter, tasks, redis) = match (&config.redis, filter) {
                 (Some(url), _) => {
                     let (filter, sync) = join_shared_filter(&config, url, &source).await?;
@@ -281,6 +284,7 @@ impl App {
                 cache,
                 tasks: Mutex::new(tasks),
                 redis,
+                source: admin_source,
             })
         };
         Ok(App {
@@ -311,6 +315,18 @@ impl App {
             .route("/metrics", get(handlers::metrics))
             .route("/health", get(handlers::health))
             .with_state(self.clone())
+    }
+
+    /// The operator's routes over the filter and the cache (`GET /filters`,
+    /// `POST /filters/{name}/rebuild`, `POST /filters/{name}/snapshot`, `GET /caches`; see
+    /// [`bloom_tower::admin`]); `None` when unguarded. **No authentication**: the service
+    /// serves it only on `--admin-port`, a separate listener on 127.0.0.1.
+    pub fn admin_router(&self) -> Option<Router> {
+        let guarded = self.inner.guarded.as_ref()?;
+        let admin = bloom_tower::admin::Admin::new()
+            .filter(guarded.filter.clone(), guarded.source.clone())
+            .cache(self.inner.config.name.clone(), guarded.cache.clone());
+        Some(bloom_tower::admin::router(admin))
     }
 
     /// Serves on `listener` until `shutdown` resolves, then finishes the requests in flight,
@@ -411,7 +427,8 @@ impl App {
             stats.cache_loads = cache.loads;
             stats.false_positives = cache.false_positives;
             // The guard stops absent ids before the cache sees them, so the cache's own
-            // rejection count (and its `bloom_cache_measured_fpr`) misses them: count both.
+            // rejection count misses them: count both. The library does the same per filter
+            // (`bloom_filter_measured_fpr`); this independent figure is its cross-check.
             let stopped = stats.guard.rejected + cache.filter_rejections;
             let absent = stopped + cache.false_positives;
             stats.measured_fpr = if absent == 0 {

@@ -33,4 +33,64 @@ pub mod names {
     pub const NOT_PROPAGATED: &str = "bloom_redis_not_propagated_total";
     /// Gauge: instances whose heartbeats this one waits for (itself included).
     pub const INSTANCES: &str = "bloom_redis_instances";
+    /// Histogram: seconds from an insert being queued until its batch is in Redis and
+    /// published; one sample per published batch, from its oldest insert.
+    pub const PUBLISH_LATENCY: &str = "bloom_redis_publish_latency_seconds";
+
+    /// Describes every metric above (`# HELP` text and [`metrics::Unit`]) to the installed
+    /// recorder. Done once per process, automatically, when the first
+    /// [`RedisSync`](crate::RedisSync) connects; call it yourself only if the recorder was
+    /// installed after that.
+    pub fn describe() {
+        use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+
+        describe_gauge!(
+            CONNECTED,
+            "1 while the last exchange with Redis succeeded, 0 while it is unreachable."
+        );
+        describe_gauge!(
+            GENERATION,
+            "The shared filter generation this instance serves."
+        );
+        describe_counter!(
+            RECONCILES,
+            Unit::Count,
+            "Reconciliations of the local filter with Redis, by outcome (ok, error)."
+        );
+        describe_gauge!(
+            STALE,
+            "1 while this instance's view may be missing other instances' inserts, 0 while it is fresh."
+        );
+        describe_counter!(
+            STALE_LET_THROUGH,
+            Unit::Count,
+            "Would-be rejections let through because this instance's view was stale."
+        );
+        describe_counter!(
+            STALE_REJECTED,
+            Unit::Count,
+            "Would-be rejections kept while stale (ServeLocal policy, or over the let-through budget)."
+        );
+        describe_counter!(
+            NOT_PROPAGATED,
+            Unit::Count,
+            "RedisSync::propagated calls that timed out before this instance's inserts were published."
+        );
+        describe_gauge!(
+            INSTANCES,
+            Unit::Count,
+            "Instances whose heartbeats this one waits for, itself included."
+        );
+        describe_histogram!(
+            PUBLISH_LATENCY,
+            Unit::Seconds,
+            "Seconds from an insert being queued until its batch was written to Redis and published (per batch, from its oldest insert)."
+        );
+    }
+
+    /// [`describe`], once per process.
+    pub(crate) fn describe_once() {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(describe);
+    }
 }

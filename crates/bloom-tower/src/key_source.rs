@@ -32,6 +32,10 @@ use bloom_core::Key;
 use futures_core::Stream;
 use futures_util::stream;
 
+#[cfg(feature = "sqlx")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlx")))]
+pub mod sqlx;
+
 /// The error type a [`KeySource`] may fail with: anything that converts into a boxed error.
 pub type BoxError = Box<dyn Error + Send + Sync>;
 
@@ -306,8 +310,38 @@ where
 
 /// A source that calls `make` for a fresh stream of `Result` keys at every rebuild (rows of a
 /// database query, pages of an API, …). The first `Err` fails the rebuild. The stream must
-/// own what it reads from (e.g. a clone of a connection pool moved into an `async` block);
-/// implement [`KeySource`] yourself for a stream that borrows from the source.
+/// own what it reads from (e.g. a clone of a connection pool); implement [`KeySource`]
+/// yourself for a stream that borrows from the source.
+///
+/// For the rows of one SQL query, `key_source::sqlx::query` (feature `sqlx`) does all of this
+/// in one line. By hand, with sqlx:
+///
+/// ```
+/// use bloom_tower::{BloomFilter, SharedFilter, key_source};
+/// use futures_util::StreamExt as _;
+/// use sqlx::{Executor as _, Row as _};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let pool = sqlx::sqlite::SqlitePoolOptions::new().max_connections(1)
+/// #     .connect("sqlite::memory:").await?;
+/// # pool.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY)").await?;
+/// # pool.execute("INSERT INTO orders (id) VALUES (1), (2), (3)").await?;
+/// // let pool = sqlx::SqlitePool::connect(url).await?;
+/// let order_ids = key_source::from_stream({
+///     let pool = pool.clone();
+///     move || pool.fetch("SELECT id FROM orders").map(|row| row?.try_get::<i64, _>(0))
+/// });
+/// // Does not compile: `sqlx::query_scalar(…).fetch(&pool)` returns a stream that borrows
+/// // `pool` from the closure, which `from_stream` cannot keep (its stream must be `'static`);
+/// // `Executor::fetch` on a `&Pool` returns one that owns a clone of the pool.
+///
+/// let filter = SharedFilter::new(BloomFilter::new(1_000, 0.01)?);
+/// filter.reload_from(&order_ids).await?;
+/// assert!(filter.contains(&3i64));
+/// # Ok(())
+/// # }
+/// ```
 pub fn from_stream<F, St, K, E>(make: F) -> FromStream<F>
 where
     F: Fn() -> St + Send + Sync,

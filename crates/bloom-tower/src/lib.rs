@@ -2,6 +2,8 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(feature = "admin")]
+pub mod admin;
 pub mod flight;
 mod guard;
 mod guarded_cache;
@@ -14,6 +16,9 @@ pub mod stats;
 
 pub use bloom_core::{self, AnyFilter, BloomFilter, CountingBloomFilter, Key, ScalableBloomFilter};
 pub use guard::{BloomGuard, BloomGuardService, ResponseFuture};
+#[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+pub use guarded_cache::CacheResponse;
 pub use guarded_cache::{CacheStats, GuardedCache, GuardedCacheBuilder, LoadError};
 pub use key::KeyExtractor;
 pub use key_source::KeySource;

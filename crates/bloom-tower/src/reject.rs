@@ -8,6 +8,7 @@
 
 use std::fmt;
 
+use http::header::{HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode};
 
 /// The key of a rejected request, as the bytes the filter hashed.
@@ -106,6 +107,71 @@ where
     #[inline]
     fn on_reject(&mut self, _req: &Request<B>, _key: RejectedKey<'_>) -> Response<ResBody> {
         plain_text(*self)
+    }
+}
+
+/// The usual name of the header [`BloomGuard::rejection_header`](crate::BloomGuard::rejection_header)
+/// adds: `x-bloom-guard`.
+pub const REJECTION_HEADER: HeaderName = HeaderName::from_static("x-bloom-guard");
+
+/// An [`OnReject`] that adds `name: rejected` to the responses of another; what
+/// [`BloomGuard::rejection_header`](crate::BloomGuard::rejection_header) wraps the guard's
+/// rejection policy in. Pass one to [`reject_with`](crate::BloomGuard::reject_with) to set
+/// the policy and the header in one go.
+///
+/// ```
+/// use bloom_tower::reject::{REJECTION_HEADER, RejectionHeader};
+/// use bloom_tower::{BloomFilter, BloomGuard, SharedFilter, key};
+/// use http::{Request, Response, StatusCode};
+/// use tower::{ServiceBuilder, ServiceExt, service_fn};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let filter = SharedFilter::new(BloomFilter::new(1_000, 0.01)?);
+/// let guard = BloomGuard::new(filter, key::path_segment(1))
+///     .reject_with(RejectionHeader::new(StatusCode::GONE, REJECTION_HEADER));
+/// let service = ServiceBuilder::new().layer(guard).service(service_fn(|_req: Request<String>| async {
+///     Ok::<_, std::convert::Infallible>(Response::new(String::from("a user")))
+/// }));
+/// let response = service.oneshot(Request::get("/users/ada").body(String::new())?).await?;
+/// assert_eq!(response.status(), StatusCode::GONE);
+/// assert_eq!(response.headers()["x-bloom-guard"], "rejected");
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct RejectionHeader<R> {
+    inner: R,
+    name: HeaderName,
+}
+
+impl<R> RejectionHeader<R> {
+    /// `inner`'s responses, with `name: rejected` added.
+    ///
+    /// ```
+    /// use bloom_tower::reject::{NotFound, RejectionHeader};
+    /// use http::header::HeaderName;
+    ///
+    /// let policy = RejectionHeader::new(NotFound, HeaderName::from_static("x-answered-by"));
+    /// # let _ = policy;
+    /// ```
+    pub fn new(inner: R, name: HeaderName) -> Self {
+        Self { inner, name }
+    }
+}
+
+impl<B, ResBody, R> OnReject<Request<B>, Response<ResBody>> for RejectionHeader<R>
+where
+    R: OnReject<Request<B>, Response<ResBody>>,
+{
+    #[inline]
+    fn on_reject(&mut self, req: &Request<B>, key: RejectedKey<'_>) -> Response<ResBody> {
+        let mut response = self.inner.on_reject(req, key);
+        // `insert`: one value even if the inner policy already set this header.
+        response
+            .headers_mut()
+            .insert(self.name.clone(), HeaderValue::from_static("rejected"));
+        response
     }
 }
 

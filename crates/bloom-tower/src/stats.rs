@@ -15,6 +15,11 @@
 //! | [`bloom_filter_verifying`](names::FILTER_VERIFYING) | gauge | `filter` | 1 while the serving filter is a snapshot awaiting a full rebuild (it lets every key through), else 0 |
 //! | [`bloom_filter_unverified_passes_total`](names::FILTER_UNVERIFIED_PASSES) | counter | `filter` | keys a verifying filter let through that it would have rejected |
 //! | [`bloom_filter_caught_up_keys_total`](names::FILTER_CAUGHT_UP_KEYS) | counter | `filter` | keys read from the source since a snapshot's watermark at start |
+//! | [`bloom_filter_rebuild_duration_seconds`](names::FILTER_REBUILD_DURATION) | histogram | `filter` | how long each rebuild that swapped in a new filter took (seconds) |
+//! | [`bloom_filter_rejections_total`](names::FILTER_REJECTIONS) | counter | `filter` | lookups of the filter answered "definitely absent", by a guard or by a cache over it |
+//! | [`bloom_filter_false_positives_total`](names::FILTER_FALSE_POSITIVES) | counter | `filter` | lookups it let through for keys a [`GuardedCache`](crate::GuardedCache)'s loader did not find |
+//! | [`bloom_filter_measured_fpr`](names::FILTER_MEASURED_FPR) | gauge | `filter` | live measured false-positive rate: `false_positives / (false_positives + rejections)`; only once a `GuardedCache` is built on the filter (nothing else learns of false positives) |
+//! | [`bloom_filter_target_fpr`](names::FILTER_TARGET_FPR) | gauge | `filter` | the false-positive rate the filter is sized for; exported with `bloom_filter_measured_fpr` |
 //! | [`bloom_cache_filter_rejections_total`](names::CACHE_FILTER_REJECTIONS) | counter | `cache` | [`GuardedCache`](crate::GuardedCache) lookups the filter answered "absent" |
 //! | [`bloom_cache_hits_total`](names::CACHE_HITS) | counter | `cache` | lookups answered from the cache |
 //! | [`bloom_cache_negative_hits_total`](names::CACHE_NEGATIVE_HITS) | counter | `cache` | lookups answered from the negative cache |
@@ -22,7 +27,7 @@
 //! | [`bloom_cache_load_errors_total`](names::CACHE_LOAD_ERRORS) | counter | `cache` | loader runs that failed, timed out or panicked |
 //! | [`bloom_cache_coalesced_waiters_total`](names::CACHE_COALESCED_WAITERS) | counter | `cache` | lookups that waited for another's load |
 //! | [`bloom_cache_false_positives_total`](names::CACHE_FALSE_POSITIVES) | counter | `cache` | lookups the filter let through for keys the loader did not find |
-//! | [`bloom_cache_measured_fpr`](names::CACHE_MEASURED_FPR) | gauge | `cache` | live measured false-positive rate: `false_positives / (false_positives + filter_rejections)` |
+//! | [`bloom_cache_load_duration_seconds`](names::CACHE_LOAD_DURATION) | histogram | `cache` | how long each loader run took (seconds), whatever its outcome |
 //! | [`bloom_response_cache_hits_total`](names::RESPONSE_CACHE_HITS) | counter | `cache`, `status` = `200` / `404` | [`ResponseCache`](crate::ResponseCache) requests answered with a stored response |
 //! | [`bloom_response_cache_loads_total`](names::RESPONSE_CACHE_LOADS) | counter | `cache` | calls to the inner service made to fill the cache |
 //! | [`bloom_response_cache_coalesced_total`](names::RESPONSE_CACHE_COALESCED) | counter | `cache` | requests that waited for another's load of the same URL |
@@ -36,13 +41,33 @@
 //! to `"default"`. The guard registers its counters with the recorder on its first request,
 //! so install the recorder before serving.
 //!
+//! # The measured false-positive rate
+//!
+//! A [`BloomGuard`](crate::BloomGuard) in front of a [`GuardedCache`](crate::GuardedCache)
+//! stops absent keys before the cache sees them, so the cache alone only ever sees the
+//! filter's false positives. Both therefore count their rejections into the filter they share
+//! (`bloom_filter_rejections_total`), the cache reports false positives there too, and the
+//! rate is computed per filter, over every rejection of it: right with a guard, a cache, or
+//! both. [`FilterStats::measured_fpr`] and [`CacheStats::measured_fpr`](crate::CacheStats::measured_fpr)
+//! are the same figure. For alerts prefer the counters' rates over a window (see
+//! `docs/alerts.yml` in the repository) to the gauge, which covers the whole process life.
+//!
+//! # Descriptions, units, exporters
+//!
+//! Every series is described (`# HELP`, and a [`metrics::Unit`]) to the recorder once per
+//! process, the first time this crate emits anything, so install the recorder before building
+//! filters and serving, or call [`describe`] after installing it. Names already carry their
+//! unit (`_seconds`, `_total`): leave the Prometheus exporter's unit suffixes off. Histograms
+//! are rendered as summaries by `metrics-exporter-prometheus` unless buckets are set for them
+//! (`PrometheusBuilder::set_buckets_for_metric`; the `user_service` example does).
+//!
 //! [`BloomGuard::stats`]: crate::BloomGuard::stats
 //! [`BloomGuard::name`]: crate::BloomGuard::name
 //! [`SharedFilter::stats`]: crate::SharedFilter::stats
 //! [`SharedFilterBuilder::name`]: crate::SharedFilterBuilder::name
 
 use std::borrow::Cow;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 /// The metric names.
@@ -68,6 +93,17 @@ pub mod names {
     pub const FILTER_UNVERIFIED_PASSES: &str = "bloom_filter_unverified_passes_total";
     /// Counter: keys read from the source since a snapshot's watermark when starting from it.
     pub const FILTER_CAUGHT_UP_KEYS: &str = "bloom_filter_caught_up_keys_total";
+    /// Histogram: seconds each rebuild that swapped in a new filter took.
+    pub const FILTER_REBUILD_DURATION: &str = "bloom_filter_rebuild_duration_seconds";
+    /// Counter: lookups the filter answered "definitely absent", by a guard or a cache.
+    pub const FILTER_REJECTIONS: &str = "bloom_filter_rejections_total";
+    /// Counter: lookups the filter let through for keys a cache's loader did not find.
+    pub const FILTER_FALSE_POSITIVES: &str = "bloom_filter_false_positives_total";
+    /// Gauge: the filter's live measured false-positive rate, `false_positives /
+    /// (false_positives + rejections)`, once a cache reports false positives.
+    pub const FILTER_MEASURED_FPR: &str = "bloom_filter_measured_fpr";
+    /// Gauge: the false-positive rate the filter is sized for (exported with the measured one).
+    pub const FILTER_TARGET_FPR: &str = "bloom_filter_target_fpr";
     /// Counter: guarded-cache lookups the filter answered "definitely absent".
     pub const CACHE_FILTER_REJECTIONS: &str = "bloom_cache_filter_rejections_total";
     /// Counter: guarded-cache lookups answered from the cache.
@@ -82,8 +118,8 @@ pub mod names {
     pub const CACHE_COALESCED_WAITERS: &str = "bloom_cache_coalesced_waiters_total";
     /// Counter: lookups the filter let through for keys the loader did not find.
     pub const CACHE_FALSE_POSITIVES: &str = "bloom_cache_false_positives_total";
-    /// Gauge: the live measured false-positive rate of the cache's filter.
-    pub const CACHE_MEASURED_FPR: &str = "bloom_cache_measured_fpr";
+    /// Histogram: seconds each loader run took, whatever its outcome (a timeout: the limit).
+    pub const CACHE_LOAD_DURATION: &str = "bloom_cache_load_duration_seconds";
     /// Counter: response-cache hits, labelled `status` = `200` or `404`.
     pub const RESPONSE_CACHE_HITS: &str = "bloom_response_cache_hits_total";
     /// Counter: calls to the inner service made to fill the response cache.
@@ -101,6 +137,173 @@ pub mod names {
     /// Counter: responses discarded because their key was invalidated while they loaded.
     pub const RESPONSE_CACHE_STALE_DISCARDED: &str =
         "bloom_response_cache_stale_loads_discarded_total";
+}
+
+/// Describes every series in [`names`] (`# HELP` text and [`metrics::Unit`]) to the installed
+/// recorder. Done once per process, automatically, the first time this crate emits a metric;
+/// call it yourself only if the recorder was installed after that.
+#[cfg(feature = "metrics")]
+pub fn describe() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+
+    describe_counter!(
+        names::GUARD_CHECKED,
+        Unit::Count,
+        "Requests whose key a BloomGuard looked up in its filter (passed + rejected)."
+    );
+    describe_counter!(
+        names::GUARD_PASSED,
+        Unit::Count,
+        "Requests whose key the filter found maybe present: the inner service was called."
+    );
+    describe_counter!(
+        names::GUARD_REJECTED,
+        Unit::Count,
+        "Requests whose key the filter found definitely absent: answered by the guard."
+    );
+    describe_counter!(
+        names::GUARD_MISSING_KEY,
+        Unit::Count,
+        "Requests in which the guard's extractor found no usable key."
+    );
+    describe_counter!(
+        names::FILTER_REBUILDS,
+        Unit::Count,
+        "Finished filter rebuilds, by outcome (ok, error, cancelled)."
+    );
+    describe_counter!(
+        names::FILTER_SATURATED,
+        Unit::Count,
+        "Saturation warnings: the serving filter holds more keys than it was sized for (at most one per filter generation)."
+    );
+    describe_gauge!(
+        names::FILTER_KEYS,
+        Unit::Count,
+        "Distinct keys in the serving filter (approximate), as of its last rebuild."
+    );
+    describe_gauge!(
+        names::FILTER_VERIFYING,
+        "1 while the serving filter is a snapshot awaiting a full rebuild (it lets every key through), else 0."
+    );
+    describe_counter!(
+        names::FILTER_UNVERIFIED_PASSES,
+        Unit::Count,
+        "Lookups a verifying filter let through that it would have rejected."
+    );
+    describe_counter!(
+        names::FILTER_CAUGHT_UP_KEYS,
+        Unit::Count,
+        "Keys read from the source since a snapshot's watermark when starting from the snapshot."
+    );
+    describe_histogram!(
+        names::FILTER_REBUILD_DURATION,
+        Unit::Seconds,
+        "Seconds each filter rebuild that swapped in a new filter took."
+    );
+    describe_counter!(
+        names::FILTER_REJECTIONS,
+        Unit::Count,
+        "Lookups the filter answered definitely absent, by a BloomGuard or a GuardedCache over it."
+    );
+    describe_counter!(
+        names::FILTER_FALSE_POSITIVES,
+        Unit::Count,
+        "Lookups the filter let through for keys a GuardedCache's loader did not find."
+    );
+    describe_gauge!(
+        names::FILTER_MEASURED_FPR,
+        Unit::Percent,
+        "Measured false-positive rate of the filter since start, as a ratio: false positives / (false positives + rejections by guard and cache)."
+    );
+    describe_gauge!(
+        names::FILTER_TARGET_FPR,
+        Unit::Percent,
+        "False-positive rate the filter is sized for, as a ratio."
+    );
+    describe_counter!(
+        names::CACHE_FILTER_REJECTIONS,
+        Unit::Count,
+        "GuardedCache lookups its filter answered definitely absent (cache and loader untouched)."
+    );
+    describe_counter!(
+        names::CACHE_HITS,
+        Unit::Count,
+        "GuardedCache lookups answered from the cache with a value."
+    );
+    describe_counter!(
+        names::CACHE_NEGATIVE_HITS,
+        Unit::Count,
+        "GuardedCache lookups answered from the negative (not found) cache."
+    );
+    describe_counter!(names::CACHE_LOADS, Unit::Count, "GuardedCache loader runs.");
+    describe_counter!(
+        names::CACHE_LOAD_ERRORS,
+        Unit::Count,
+        "GuardedCache loader runs that failed, timed out or panicked."
+    );
+    describe_counter!(
+        names::CACHE_COALESCED_WAITERS,
+        Unit::Count,
+        "GuardedCache lookups that waited for another lookup's load of the same key."
+    );
+    describe_counter!(
+        names::CACHE_FALSE_POSITIVES,
+        Unit::Count,
+        "GuardedCache lookups the filter let through for keys the loader did not find."
+    );
+    describe_histogram!(
+        names::CACHE_LOAD_DURATION,
+        Unit::Seconds,
+        "Seconds each GuardedCache loader run took, whatever its outcome."
+    );
+    describe_counter!(
+        names::RESPONSE_CACHE_HITS,
+        Unit::Count,
+        "ResponseCache requests answered with a stored response, by status (200, 404)."
+    );
+    describe_counter!(
+        names::RESPONSE_CACHE_LOADS,
+        Unit::Count,
+        "Calls to the inner service made to fill the ResponseCache."
+    );
+    describe_counter!(
+        names::RESPONSE_CACHE_COALESCED,
+        Unit::Count,
+        "ResponseCache requests that waited for another request's load of the same URL."
+    );
+    describe_counter!(
+        names::RESPONSE_CACHE_PASSED_THROUGH,
+        Unit::Count,
+        "Requests the ResponseCache does not answer (not GET, or no key)."
+    );
+    describe_counter!(
+        names::RESPONSE_CACHE_BYPASSED,
+        Unit::Count,
+        "GETs that skipped the ResponseCache because of their own headers (no-store, no-cache, Authorization)."
+    );
+    describe_counter!(
+        names::RESPONSE_CACHE_NOT_STORED,
+        Unit::Count,
+        "Responses the ResponseCache could not store (status, directives, Set-Cookie, Vary: *, size)."
+    );
+    describe_counter!(
+        names::RESPONSE_CACHE_WAIT_TIMEOUTS,
+        Unit::Count,
+        "ResponseCache waiters that gave up on another request's load and called the inner service."
+    );
+    describe_counter!(
+        names::RESPONSE_CACHE_STALE_DISCARDED,
+        Unit::Count,
+        "ResponseCache responses discarded because their key was invalidated while they loaded."
+    );
+}
+
+/// [`describe`], once per process: called before this crate registers any metric.
+#[cfg(feature = "metrics")]
+#[inline]
+pub(crate) fn describe_once() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(describe);
 }
 
 /// A guard's request counters, shared by the layer and every service made from it.
@@ -162,6 +365,7 @@ impl GuardCounters {
     #[cfg(feature = "metrics")]
     fn metrics(&self) -> &GuardMetrics {
         self.handles.get_or_init(|| {
+            describe_once();
             let guard = self.name.clone().into_owned();
             GuardMetrics {
                 checked: metrics::counter!(names::GUARD_CHECKED, "guard" => guard.clone()),
@@ -252,6 +456,20 @@ pub struct FilterStats {
     pub verifying: bool,
     /// Lookups a verifying filter let through that it would have rejected.
     pub unverified_passes: u64,
+    /// Lookups answered "definitely absent" for a [`BloomGuard`](crate::BloomGuard) or a
+    /// [`GuardedCache`](crate::GuardedCache) over this filter (direct
+    /// [`SharedFilter::contains`](crate::SharedFilter::contains) calls are not counted).
+    pub rejections: u64,
+    /// Lookups let through for keys a [`GuardedCache`](crate::GuardedCache) over this filter
+    /// then did not find: false positives, and keys deleted since the filter was built.
+    pub false_positives: u64,
+    /// The live measured false-positive rate: of the guard and cache lookups for keys that do
+    /// not exist, the fraction the filter let through, `false_positives / (false_positives +
+    /// rejections)`, 0 before any. A guard in front of a cache stops most absent keys before
+    /// the cache sees them; counting its rejections here keeps the rate right. `None` until a
+    /// [`GuardedCache`](crate::GuardedCache) is built on the filter: nothing else learns of
+    /// false positives.
+    pub measured_fpr: Option<f64>,
 }
 
 /// Filter-level counters kept by the shared state.
@@ -264,6 +482,29 @@ pub(crate) struct FilterCounters {
     pub(crate) cancelled_rebuilds: AtomicU64,
     pub(crate) saturation_warnings: AtomicU64,
     pub(crate) unverified_passes: AtomicU64,
+    pub(crate) rejections: AtomicU64,
+    pub(crate) false_positives: AtomicU64,
+    /// Set once a cache that reports false positives is built on the filter.
+    fp_reported: AtomicBool,
+    #[cfg(feature = "metrics")]
+    accuracy: std::sync::OnceLock<AccuracyMetrics>,
+}
+
+/// The per-lookup metrics, registered once (not per lookup).
+#[cfg(feature = "metrics")]
+struct AccuracyMetrics {
+    filter: String,
+    target_fpr: f64,
+    rejections: metrics::Counter,
+    /// Registered once false positives are reported: without a cache, a false-positive count
+    /// of 0 and a measured rate of 0 would be claims nobody measured.
+    reported: std::sync::OnceLock<ReportedMetrics>,
+}
+
+#[cfg(feature = "metrics")]
+struct ReportedMetrics {
+    false_positives: metrics::Counter,
+    measured_fpr: metrics::Gauge,
 }
 
 /// How a rebuild ended, for the `outcome` label.
@@ -290,8 +531,11 @@ impl FilterCounters {
         };
         counter.fetch_add(1, Relaxed);
         #[cfg(feature = "metrics")]
-        metrics::counter!(names::FILTER_REBUILDS, "filter" => filter.to_owned(), "outcome" => label)
-            .increment(1);
+        {
+            describe_once();
+            metrics::counter!(names::FILTER_REBUILDS, "filter" => filter.to_owned(), "outcome" => label)
+                .increment(1);
+        }
         #[cfg(not(feature = "metrics"))]
         let _ = (filter, label);
     }
@@ -299,7 +543,10 @@ impl FilterCounters {
     pub(crate) fn saturated(&self, filter: &str) {
         self.saturation_warnings.fetch_add(1, Relaxed);
         #[cfg(feature = "metrics")]
-        metrics::counter!(names::FILTER_SATURATED, "filter" => filter.to_owned()).increment(1);
+        {
+            describe_once();
+            metrics::counter!(names::FILTER_SATURATED, "filter" => filter.to_owned()).increment(1);
+        }
         #[cfg(not(feature = "metrics"))]
         let _ = filter;
     }
@@ -307,34 +554,145 @@ impl FilterCounters {
     pub(crate) fn unverified_pass(&self, filter: &str) {
         self.unverified_passes.fetch_add(1, Relaxed);
         #[cfg(feature = "metrics")]
-        metrics::counter!(names::FILTER_UNVERIFIED_PASSES, "filter" => filter.to_owned())
-            .increment(1);
+        {
+            describe_once();
+            metrics::counter!(names::FILTER_UNVERIFIED_PASSES, "filter" => filter.to_owned())
+                .increment(1);
+        }
         #[cfg(not(feature = "metrics"))]
         let _ = filter;
     }
 
     pub(crate) fn verifying(&self, filter: &str, verifying: bool) {
         #[cfg(feature = "metrics")]
-        metrics::gauge!(names::FILTER_VERIFYING, "filter" => filter.to_owned()).set(if verifying {
-            1.0
-        } else {
-            0.0
-        });
+        {
+            describe_once();
+            metrics::gauge!(names::FILTER_VERIFYING, "filter" => filter.to_owned())
+                .set(if verifying { 1.0 } else { 0.0 });
+        }
         #[cfg(not(feature = "metrics"))]
         let _ = (filter, verifying);
     }
 
     pub(crate) fn caught_up(&self, filter: &str, keys: u64) {
         #[cfg(feature = "metrics")]
-        metrics::counter!(names::FILTER_CAUGHT_UP_KEYS, "filter" => filter.to_owned())
-            .increment(keys);
+        {
+            describe_once();
+            metrics::counter!(names::FILTER_CAUGHT_UP_KEYS, "filter" => filter.to_owned())
+                .increment(keys);
+        }
         #[cfg(not(feature = "metrics"))]
         let _ = (filter, keys);
     }
 
+    /// A [`BloomGuard`](crate::BloomGuard) or [`GuardedCache`](crate::GuardedCache) lookup
+    /// the filter answered "definitely absent".
+    #[inline]
+    pub(crate) fn rejected(&self, filter: &str, target_fpr: f64) {
+        self.rejections.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        {
+            let metrics = self.accuracy(filter, target_fpr);
+            metrics.rejections.increment(1);
+            self.publish_fpr(metrics);
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = (filter, target_fpr);
+    }
+
+    /// A lookup the filter let through for a key a cache's loader did not find.
+    pub(crate) fn false_positive(&self, filter: &str, target_fpr: f64) {
+        self.false_positives.fetch_add(1, Relaxed);
+        self.fp_reported.store(true, Relaxed);
+        #[cfg(feature = "metrics")]
+        {
+            let metrics = self.accuracy(filter, target_fpr);
+            if let Some(reported) = self.reported(metrics) {
+                reported.false_positives.increment(1);
+            }
+            self.publish_fpr(metrics);
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = (filter, target_fpr);
+    }
+
+    /// A cache that reports false positives was built on the filter: from now on the measured
+    /// rate means something.
+    pub(crate) fn reports_false_positives(&self) {
+        self.fp_reported.store(true, Relaxed);
+    }
+
+    /// `false_positives / (false_positives + rejections)`, once false positives are reported.
+    pub(crate) fn measured_fpr(&self) -> Option<f64> {
+        if !self.fp_reported.load(Relaxed) {
+            return None;
+        }
+        let false_positives = self.false_positives.load(Relaxed);
+        let absent = false_positives + self.rejections.load(Relaxed);
+        Some(if absent == 0 {
+            0.0
+        } else {
+            false_positives as f64 / absent as f64
+        })
+    }
+
+    #[cfg(feature = "metrics")]
+    fn accuracy(&self, filter: &str, target_fpr: f64) -> &AccuracyMetrics {
+        self.accuracy.get_or_init(|| {
+            describe_once();
+            AccuracyMetrics {
+                filter: filter.to_owned(),
+                target_fpr,
+                rejections: metrics::counter!(names::FILTER_REJECTIONS, "filter" => filter.to_owned()),
+                reported: std::sync::OnceLock::new(),
+            }
+        })
+    }
+
+    #[cfg(feature = "metrics")]
+    fn reported<'a>(&self, metrics: &'a AccuracyMetrics) -> Option<&'a ReportedMetrics> {
+        if !self.fp_reported.load(Relaxed) {
+            return None;
+        }
+        Some(metrics.reported.get_or_init(|| {
+            let filter = metrics.filter.clone();
+            metrics::gauge!(names::FILTER_TARGET_FPR, "filter" => filter.clone())
+                .set(metrics.target_fpr);
+            ReportedMetrics {
+                false_positives: metrics::counter!(names::FILTER_FALSE_POSITIVES, "filter" => filter.clone()),
+                measured_fpr: metrics::gauge!(names::FILTER_MEASURED_FPR, "filter" => filter),
+            }
+        }))
+    }
+
+    /// The measured rate changes only with a rejection or a false positive: refresh the gauge
+    /// then (a relaxed store in the usual recorders).
+    #[cfg(feature = "metrics")]
+    #[inline]
+    fn publish_fpr(&self, metrics: &AccuracyMetrics) {
+        if let (Some(reported), Some(fpr)) = (self.reported(metrics), self.measured_fpr()) {
+            reported.measured_fpr.set(fpr);
+        }
+    }
+
+    /// A rebuild that swapped in its filter took `took`.
+    pub(crate) fn rebuilt_in(&self, filter: &str, took: Duration) {
+        #[cfg(feature = "metrics")]
+        {
+            describe_once();
+            metrics::histogram!(names::FILTER_REBUILD_DURATION, "filter" => filter.to_owned())
+                .record(took);
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = (filter, took);
+    }
+
     pub(crate) fn keys(&self, filter: &str, keys: u64) {
         #[cfg(feature = "metrics")]
-        metrics::gauge!(names::FILTER_KEYS, "filter" => filter.to_owned()).set(keys as f64);
+        {
+            describe_once();
+            metrics::gauge!(names::FILTER_KEYS, "filter" => filter.to_owned()).set(keys as f64);
+        }
         #[cfg(not(feature = "metrics"))]
         let _ = (filter, keys);
     }

@@ -123,6 +123,8 @@ impl RedisSync {
         cfg: RedisSyncBuilder,
         filter: SharedFilter,
     ) -> Result<Self, Error> {
+        // Before this crate registers any metric: HELP text and units.
+        names::describe_once();
         let current = filter.current();
         let shape = match current.as_plain() {
             Some(plain) => Shape::of(plain),

@@ -13,12 +13,13 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bloom_core::BloomFilter;
 use tokio::sync::{Notify, watch};
 
 use super::{Inner, lock};
+use crate::names;
 use crate::protocol::{self, Kind, Shape};
 
 /// Bits kept for a retry while Redis does not answer (8 MiB); beyond, the queue is dropped
@@ -70,6 +71,8 @@ struct Batch {
     last_insert: u64,
     /// Bits held, over every generation.
     len: usize,
+    /// When the oldest insert in the batch was queued (for the publish-latency histogram).
+    oldest: Option<Instant>,
 }
 
 impl Batch {
@@ -81,6 +84,10 @@ impl Batch {
         self.digests.extend(newer.digests);
         self.last_insert = self.last_insert.max(newer.last_insert);
         self.len += newer.len;
+        self.oldest = match (self.oldest, newer.oldest) {
+            (Some(ours), Some(theirs)) => Some(ours.min(theirs)),
+            (ours, theirs) => ours.or(theirs),
+        };
     }
 }
 
@@ -144,6 +151,7 @@ impl Inner {
                 batch.len += bits.len();
             }
             batch.last_insert = number;
+            batch.oldest.get_or_insert_with(Instant::now);
         }
         self.outbox.wake.notify_one();
     }
@@ -214,6 +222,10 @@ impl Inner {
                 Ok(()) => {
                     if !batch.bits.is_empty() {
                         self.counters.published.fetch_add(1, Relaxed);
+                        if let Some(oldest) = batch.oldest {
+                            metrics::histogram!(names::PUBLISH_LATENCY, "prefix" => self.prefix.clone())
+                                .record(oldest.elapsed());
+                        }
                     }
                     if !self.outbox.needs_push.load(Relaxed) {
                         self.outbox.published.send_if_modified(|done| {
@@ -236,6 +248,7 @@ impl Inner {
                         self.outbox.needs_push.store(true, Relaxed);
                         batch.bits.clear();
                         batch.len = 0;
+                        batch.oldest = None;
                     }
                     failed = Some(batch);
                     // Do not spin against a Redis that refuses at once.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use tower_layer::Layer;
 
 use super::BloomGuardService;
-use crate::reject::{NotFound, PassThrough, RejectedKey};
+use crate::reject::{NotFound, PassThrough, RejectedKey, RejectionHeader};
 use crate::shared_filter::SharedFilter;
 use crate::stats::{GuardCounters, GuardStats};
 
@@ -73,6 +73,48 @@ impl<E, R, M> BloomGuard<E, R, M> {
             filter: self.filter,
             extractor: self.extractor,
             on_reject: reject,
+            on_missing_key: self.on_missing_key,
+            counters: self.counters,
+        }
+    }
+
+    /// Adds `name: rejected` (e.g. [`REJECTION_HEADER`](crate::reject::REJECTION_HEADER),
+    /// `x-bloom-guard`) to the guard's own rejections, so that clients and operators can tell
+    /// them from the handler's 404s. Responses of the inner service and missing-key answers
+    /// are left alone. Off by default: the header map a rejection otherwise never allocates
+    /// makes it measurably dearer.
+    ///
+    /// It wraps the rejection policy set so far: call it **after** [`on_reject`](Self::on_reject)
+    /// or [`reject_with`](Self::reject_with), which replace the policy, header and all (or
+    /// pass a [`RejectionHeader`] to `reject_with`). HTTP services only.
+    ///
+    /// ```
+    /// use bloom_tower::{BloomFilter, BloomGuard, SharedFilter, key, reject::REJECTION_HEADER};
+    /// use http::{Request, Response, StatusCode};
+    /// use tower::{ServiceBuilder, ServiceExt, service_fn};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let filter = SharedFilter::new(BloomFilter::new(1_000, 0.01)?);
+    /// filter.insert("ada");
+    /// let guard = BloomGuard::new(filter, key::path_segment(1)).rejection_header(REJECTION_HEADER);
+    /// let service = ServiceBuilder::new().layer(guard).service(service_fn(|_req: Request<String>| async {
+    ///     Ok::<_, std::convert::Infallible>(Response::new(String::from("a user")))
+    /// }));
+    /// let get = |uri: &str| service.clone().oneshot(Request::get(uri).body(String::new()).unwrap());
+    ///
+    /// let rejected = get("/users/nobody").await?;
+    /// assert_eq!(rejected.status(), StatusCode::NOT_FOUND);
+    /// assert_eq!(rejected.headers()["x-bloom-guard"], "rejected");
+    /// assert!(get("/users/ada").await?.headers().get("x-bloom-guard").is_none());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn rejection_header(self, name: http::HeaderName) -> BloomGuard<E, RejectionHeader<R>, M> {
+        BloomGuard {
+            filter: self.filter,
+            extractor: self.extractor,
+            on_reject: RejectionHeader::new(self.on_reject, name),
             on_missing_key: self.on_missing_key,
             counters: self.counters,
         }

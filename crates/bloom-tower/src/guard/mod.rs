@@ -11,7 +11,9 @@
 //! * **no key** → the [missing-key policy](crate::OnMissingKey) decides
 //!   ([`PassThrough`](crate::PassThrough) by default).
 //!
-//! Rejections are responses, never errors, and `poll_ready` is the inner service's.
+//! Rejections are responses, never errors, and `poll_ready` is the inner service's. To tell a
+//! guard's rejection from the handler's own `404`, have the guard mark its rejections with a
+//! header ([`rejection_header`](BloomGuard::rejection_header), off by default).
 //!
 //! # Example: an HTTP service
 //!

@@ -86,7 +86,7 @@ where
 
     fn call(&mut self, req: Req) -> Self::Future {
         let answer = match self.extractor.extract(&req) {
-            Some(key) if self.filter.contains(&key) => {
+            Some(key) if self.filter.admits(&key) => {
                 self.counters.passed();
                 None
             }

@@ -14,6 +14,8 @@
 
 mod error;
 mod remote;
+#[cfg(feature = "axum")]
+mod response;
 mod stats;
 
 use std::any::TypeId;
@@ -31,6 +33,9 @@ use futures_util::FutureExt;
 use error::ErasedError;
 pub use error::LoadError;
 use remote::RemoteForgets;
+#[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+pub use response::CacheResponse;
 pub use stats::CacheStats;
 use stats::Counters;
 
@@ -177,12 +182,13 @@ where
             .max_capacity(self.max_capacity)
             .expire_after(expiry)
             .build();
+        let counters = Counters::new(self.name, self.filter.clone());
         let inner = Arc::new(Inner {
             filter: self.filter,
             cache,
             flights: Flights::new(),
             load_timeout: self.load_timeout,
-            counters: Counters::new(self.name),
+            counters,
             invalidations: AtomicU64::new(0),
             remote: RemoteForgets::new(self.negative_ttl),
         });
@@ -312,6 +318,7 @@ where
         let (since, began) = (inner.remote.epoch(), Instant::now());
         inner.counters.loads();
         let outcome = self.run_load(key.clone(), load).await;
+        inner.counters.load_took(began.elapsed());
         match &outcome {
             Ok(value) => {
                 if value.is_none() {

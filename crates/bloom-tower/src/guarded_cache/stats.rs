@@ -3,7 +3,10 @@
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
 
+use crate::SharedFilter;
+#[cfg(feature = "metrics")]
 use crate::stats::names;
 
 /// A snapshot of a guarded cache's counters since it was built.
@@ -26,8 +29,12 @@ pub struct CacheStats {
     /// positives, and keys deleted since the filter was built): negative-cache hits plus
     /// lookups answered `None` by a load.
     pub false_positives: u64,
-    /// The filter's live measured false-positive rate: of the lookups for keys that do not
-    /// exist, the fraction the filter failed to stop, `false_positives / (false_positives +
+    /// The live measured false-positive rate of the cache's filter: of the lookups for keys
+    /// that do not exist, the fraction the filter failed to stop. Counted over every rejection
+    /// of that filter, including those of a [`BloomGuard`](crate::BloomGuard) in front of the
+    /// cache, which stops most absent keys before the cache sees them:
+    /// [`FilterStats::measured_fpr`](crate::FilterStats::measured_fpr), the same figure. With
+    /// no guard (and no other cache) on the filter it is `false_positives / (false_positives +
     /// filter_rejections)`. 0 before any such lookup.
     pub measured_fpr: f64,
 }
@@ -36,6 +43,9 @@ pub struct CacheStats {
 pub(crate) struct Counters {
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     name: Cow<'static, str>,
+    /// The filter the cache is guarded by: its rejections and false positives are counted
+    /// there too, where a guard's rejections meet them (see [`CacheStats::measured_fpr`]).
+    filter: SharedFilter,
     filter_rejections: AtomicU64,
     hits: AtomicU64,
     negative_hits: AtomicU64,
@@ -56,7 +66,7 @@ struct CacheMetrics {
     load_errors: metrics::Counter,
     coalesced_waiters: metrics::Counter,
     false_positives: metrics::Counter,
-    measured_fpr: metrics::Gauge,
+    load_duration: metrics::Histogram,
 }
 
 macro_rules! event {
@@ -71,9 +81,11 @@ macro_rules! event {
 }
 
 impl Counters {
-    pub(crate) fn new(name: Cow<'static, str>) -> Self {
+    pub(crate) fn new(name: Cow<'static, str>, filter: SharedFilter) -> Self {
+        filter.reports_false_positives();
         Self {
             name,
+            filter,
             filter_rejections: AtomicU64::new(0),
             hits: AtomicU64::new(0),
             negative_hits: AtomicU64::new(0),
@@ -90,6 +102,7 @@ impl Counters {
     #[cfg(feature = "metrics")]
     fn metrics(&self) -> &CacheMetrics {
         self.handles.get_or_init(|| {
+            crate::stats::describe_once();
             let cache = self.name.clone().into_owned();
             let counter = |name: &'static str| metrics::counter!(name, "cache" => cache.clone());
             CacheMetrics {
@@ -100,45 +113,46 @@ impl Counters {
                 load_errors: counter(names::CACHE_LOAD_ERRORS),
                 coalesced_waiters: counter(names::CACHE_COALESCED_WAITERS),
                 false_positives: counter(names::CACHE_FALSE_POSITIVES),
-                measured_fpr: metrics::gauge!(names::CACHE_MEASURED_FPR, "cache" => cache.clone()),
+                load_duration: metrics::histogram!(names::CACHE_LOAD_DURATION, "cache" => cache.clone()),
             }
         })
     }
 
-    event!(filter_rejections, then publish_fpr);
+    event!(filter_rejections, then count_rejection);
     event!(hits);
     event!(negative_hits);
     event!(loads);
     event!(load_errors);
     event!(coalesced_waiters);
-    event!(false_positives, then publish_fpr);
+    event!(false_positives, then count_false_positive);
 
-    /// The measured FPR changes only with a rejection or a false positive: refresh the gauge
-    /// then (a relaxed store in the usual recorders).
-    fn publish_fpr(&self) {
+    /// Counted by the filter too, where a guard's rejections are.
+    fn count_rejection(&self) {
+        self.filter.count_rejection();
+    }
+
+    fn count_false_positive(&self) {
+        self.filter.count_false_positive();
+    }
+
+    /// A loader run finished (or timed out) after `took`.
+    pub(crate) fn load_took(&self, took: Duration) {
         #[cfg(feature = "metrics")]
-        self.metrics()
-            .measured_fpr
-            .set(self.snapshot().measured_fpr);
+        self.metrics().load_duration.record(took);
+        #[cfg(not(feature = "metrics"))]
+        let _ = took;
     }
 
     pub(crate) fn snapshot(&self) -> CacheStats {
-        let false_positives = self.false_positives.load(Relaxed);
-        let filter_rejections = self.filter_rejections.load(Relaxed);
-        let absent_lookups = false_positives + filter_rejections;
         CacheStats {
-            filter_rejections,
+            filter_rejections: self.filter_rejections.load(Relaxed),
             hits: self.hits.load(Relaxed),
             negative_hits: self.negative_hits.load(Relaxed),
             loads: self.loads.load(Relaxed),
             load_errors: self.load_errors.load(Relaxed),
             coalesced_waiters: self.coalesced_waiters.load(Relaxed),
-            false_positives,
-            measured_fpr: if absent_lookups == 0 {
-                0.0
-            } else {
-                false_positives as f64 / absent_lookups as f64
-            },
+            false_positives: self.false_positives.load(Relaxed),
+            measured_fpr: self.filter.measured_fpr().unwrap_or(0.0),
         }
     }
 }

@@ -90,6 +90,7 @@ impl Counters {
         self.counts[event as usize].fetch_add(1, Relaxed);
         #[cfg(feature = "metrics")]
         self.handles.get_or_init(|| {
+            crate::stats::describe_once();
             let cache = self.name.clone().into_owned();
             let counter = |name: &'static str| metrics::counter!(name, "cache" => cache.clone());
             [

@@ -117,7 +117,7 @@ impl SharedFilter {
     }
 
     /// The installed owner of this filter's rebuilds, if any.
-    pub(super) fn external_rebuild(&self) -> Option<Arc<Arc<dyn ExternalRebuild>>> {
+    pub(crate) fn external_rebuild(&self) -> Option<Arc<Arc<dyn ExternalRebuild>>> {
         self.shared.external.load_full()
     }
 
@@ -163,6 +163,7 @@ impl SharedFilter {
             filter: self.clone(),
             next,
             slot: Some(slot),
+            started: std::time::Instant::now(),
         })
     }
 }
@@ -296,6 +297,8 @@ pub struct Building {
     filter: SharedFilter,
     next: Arc<Generation>,
     slot: Option<OwnedMutexGuard<Slot>>,
+    /// For the rebuild-duration histogram.
+    started: std::time::Instant,
 }
 
 impl Building {
@@ -324,6 +327,9 @@ impl Building {
         shared
             .counters
             .rebuild_finished(&shared.name, RebuildOutcome::Ok);
+        shared
+            .counters
+            .rebuilt_in(&shared.name, self.started.elapsed());
         shared.counters.keys(&shared.name, estimate);
         if let Some(mut slot) = self.slot.take() {
             slot.last = Some(Finished::Rebuilt { keys: estimate });

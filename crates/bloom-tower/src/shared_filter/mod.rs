@@ -59,6 +59,7 @@
 //! writes only the filters published since the first insert: none, unless a rebuild started
 //! in between.
 
+mod accuracy;
 mod external;
 mod pending;
 mod rebuild;
@@ -87,6 +88,8 @@ pub use external::{
 };
 pub(crate) use pending::AfterCommit;
 pub use pending::PendingInsert;
+#[cfg(feature = "admin")]
+pub(crate) use rebuild::Chain;
 pub use rebuild::{BackgroundTask, ReloadError, ReloadErrorKind, Reloaded};
 pub(crate) use remote::ForgetByDigest;
 pub use saturation::SaturationReport;
@@ -453,6 +456,9 @@ impl SharedFilter {
             rebuilding,
             verifying: current.verifying,
             unverified_passes: shared.counters.unverified_passes.load(Relaxed),
+            rejections: shared.counters.rejections.load(Relaxed),
+            false_positives: shared.counters.false_positives.load(Relaxed),
+            measured_fpr: shared.counters.measured_fpr(),
         }
     }
 

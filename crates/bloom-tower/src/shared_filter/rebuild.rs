@@ -315,6 +315,7 @@ impl SharedFilter {
         }
 
         let elapsed = started.elapsed();
+        shared.counters.rebuilt_in(&shared.name, elapsed);
         *shared
             .last_rebuild
             .lock()

@@ -97,6 +97,12 @@ impl SharedFilter {
         }
     }
 
+    /// The path set with [`SharedFilterBuilder::snapshot`], if any (for the admin router).
+    #[cfg_attr(not(feature = "admin"), allow(dead_code))]
+    pub(crate) fn snapshot_path(&self) -> Option<&Path> {
+        self.shared.snapshot.as_deref()
+    }
+
     /// Saves the snapshot (to the path set with [`SharedFilterBuilder::snapshot`]) every
     /// `interval`, in a Tokio task, so that a crash loses at most `interval` of inserts to
     /// the snapshot (a restart catches them up from the source anyway, if it can). Failures

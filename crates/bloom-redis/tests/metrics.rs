@@ -1,0 +1,187 @@
+//! Every name in `bloom_redis::names` is described (`# HELP` text and unit) with the kind and
+//! unit its name promises: `_total` counters, `_seconds` histograms, gauges neither; the
+//! descriptions reach the recorder when the first `RedisSync` connects, with no call from
+//! the application; and against a real `redis-server` (see `common`), each published batch
+//! of inserts records its publish latency. (That it all passes `promtool check metrics`
+//! through the Prometheus exporter is checked by the workspace's `tests/prometheus.rs`.)
+#![forbid(unsafe_code)]
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bloom_core::BloomFilter;
+use bloom_redis::{RedisSync, names};
+use bloom_tower::SharedFilter;
+use metrics::{Counter, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, SharedString, Unit};
+
+/// A described name's kind (`counter`, `gauge`, `histogram`), unit and text.
+type Described = (&'static str, Option<Unit>, String);
+
+/// What was described to it, by name; registers histograms (their values, by name) and
+/// nothing else.
+#[derive(Default)]
+struct Descriptions(Mutex<HashMap<String, Described>>, Histograms);
+
+type Histograms = Arc<Mutex<HashMap<String, Vec<f64>>>>;
+
+/// One registered histogram: appends to its name's values.
+struct Recorded(Histograms, String);
+
+impl HistogramFn for Recorded {
+    fn record(&self, value: f64) {
+        let mut values = self.0.lock().unwrap();
+        values.entry(self.1.clone()).or_default().push(value);
+    }
+}
+
+impl Descriptions {
+    fn add(&self, kind: &'static str, name: KeyName, unit: Option<Unit>, text: SharedString) {
+        let previous = self
+            .0
+            .lock()
+            .unwrap()
+            .insert(name.as_str().to_owned(), (kind, unit, text.to_string()));
+        assert!(previous.is_none(), "{} described twice", name.as_str());
+    }
+}
+
+impl metrics::Recorder for Descriptions {
+    fn describe_counter(&self, name: KeyName, unit: Option<Unit>, text: SharedString) {
+        self.add("counter", name, unit, text);
+    }
+    fn describe_gauge(&self, name: KeyName, unit: Option<Unit>, text: SharedString) {
+        self.add("gauge", name, unit, text);
+    }
+    fn describe_histogram(&self, name: KeyName, unit: Option<Unit>, text: SharedString) {
+        self.add("histogram", name, unit, text);
+    }
+    fn register_counter(&self, _: &Key, _: &Metadata<'_>) -> Counter {
+        Counter::noop()
+    }
+    fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+        Gauge::noop()
+    }
+    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
+        let labels: Vec<String> = key
+            .labels()
+            .map(|l| format!("{}={}", l.key(), l.value()))
+            .collect();
+        let name = format!("{}{{{}}}", key.name(), labels.join(","));
+        Histogram::from_arc(Arc::new(Recorded(Arc::clone(&self.1), name)))
+    }
+}
+
+/// Every `pub const NAME: &str = "value";` of the `names` module, read from the source, so a
+/// name added there without a description fails here.
+fn declared_names() -> Vec<(String, String)> {
+    let source = include_str!("../src/lib.rs");
+    let start = source.find("pub mod names {").expect("the names module");
+    let end = start + source[start..].find("\n}").expect("its end");
+    source[start..end]
+        .split("pub const ")
+        .skip(1)
+        .map(|decl| {
+            let constant = decl.split(':').next().unwrap().trim().to_owned();
+            let value = decl.split('"').nth(1).expect("a string literal").to_owned();
+            (constant, value)
+        })
+        .collect()
+}
+
+#[test]
+fn every_name_is_described_with_its_kind_and_unit() {
+    let descriptions = Descriptions::default();
+    metrics::with_local_recorder(&descriptions, bloom_redis::names::describe);
+    let described = descriptions.0.into_inner().unwrap();
+    let declared = declared_names();
+    assert!(declared.len() >= 9, "parsed {} names", declared.len());
+    for (constant, name) in &declared {
+        let Some((kind, unit, text)) = described.get(name) else {
+            panic!("names::{constant} ({name}) has no description")
+        };
+        assert!(text.len() > 20, "{name}: a real HELP text, not {text:?}");
+        assert!(
+            name.starts_with("bloom_redis_")
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
+            "{name}: a snake_case name with the crate's prefix"
+        );
+        match *kind {
+            "counter" => {
+                assert!(
+                    name.ends_with("_total"),
+                    "counter {name} must end in _total"
+                );
+                assert_eq!(*unit, Some(Unit::Count), "{name}");
+            }
+            "histogram" => {
+                assert!(name.ends_with("_seconds"), "histogram {name}: base unit");
+                assert_eq!(*unit, Some(Unit::Seconds), "{name}");
+            }
+            _ => assert!(!name.ends_with("_total"), "gauge {name} ends in _total"),
+        }
+    }
+    assert_eq!(
+        described.len(),
+        declared.len(),
+        "described names that names does not declare"
+    );
+}
+
+#[test]
+fn publish_latency_is_recorded_and_described_without_being_asked() {
+    let Some(server) = common::start() else {
+        return;
+    };
+    let recorder = Descriptions::default();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // Current-thread: every task the sync spawns runs on this thread, under this recorder.
+    metrics::with_local_recorder(&recorder, || {
+        runtime.block_on(async {
+            let filter = SharedFilter::new(
+                BloomFilter::builder()
+                    .bits(1 << 16)
+                    .hashes(7)
+                    .seed(0x5eed)
+                    .build()
+                    .unwrap(),
+            );
+            let sync = RedisSync::builder(&server.url())
+                .prefix("metrics")
+                .connect(filter.clone())
+                .await
+                .expect("join");
+            for key in 0..3u64 {
+                filter.insert(&key);
+                sync.propagated().await.expect("published");
+            }
+            sync.leave().await;
+        });
+    });
+    let histograms = recorder.1.lock().unwrap();
+    let latencies = histograms
+        .get(&format!("{}{{prefix=metrics}}", names::PUBLISH_LATENCY))
+        .unwrap_or_else(|| panic!("no {} recorded: {histograms:?}", names::PUBLISH_LATENCY));
+    assert!(
+        !latencies.is_empty() && latencies.len() <= 3,
+        "one sample per published batch of the 3 inserts: {latencies:?}"
+    );
+    assert!(
+        latencies
+            .iter()
+            .all(|&seconds| (0.0..Duration::from_secs(20).as_secs_f64()).contains(&seconds)),
+        "{latencies:?}"
+    );
+    // Described by the first connect, to the recorder installed then.
+    let described = recorder.0.lock().unwrap();
+    for name in [names::PUBLISH_LATENCY, names::CONNECTED, names::STALE] {
+        assert!(described.contains_key(name), "{name} not described");
+    }
+}

@@ -1,0 +1,44 @@
+//! The filter's measured false-positive rate, counted where every lookup of it meets: a
+//! [`BloomGuard`](crate::BloomGuard) in front of a [`GuardedCache`](crate::GuardedCache)
+//! stops most absent keys before the cache sees them, so neither alone can tell the rate.
+
+use bloom_core::Key;
+
+use super::SharedFilter;
+
+impl SharedFilter {
+    /// [`contains`](Self::contains), counting a "definitely absent" answer as a rejection of
+    /// this filter ([`FilterStats::rejections`](crate::FilterStats::rejections)): for the
+    /// lookups made on behalf of requests (the guard's), not for every `contains`.
+    #[inline]
+    pub(crate) fn admits<K: Key + ?Sized>(&self, key: &K) -> bool {
+        let maybe = self.contains(key);
+        if !maybe {
+            self.count_rejection();
+        }
+        maybe
+    }
+
+    /// A lookup on behalf of a request that this filter answered "definitely absent".
+    #[inline]
+    pub(crate) fn count_rejection(&self) {
+        let shared = &*self.shared;
+        shared.counters.rejected(&shared.name, shared.fpr);
+    }
+
+    /// A lookup this filter let through for a key a cache's loader then did not find.
+    pub(crate) fn count_false_positive(&self) {
+        let shared = &*self.shared;
+        shared.counters.false_positive(&shared.name, shared.fpr);
+    }
+
+    /// A cache that reports this filter's false positives was built on it.
+    pub(crate) fn reports_false_positives(&self) {
+        self.shared.counters.reports_false_positives();
+    }
+
+    /// [`FilterStats::measured_fpr`](crate::FilterStats::measured_fpr), without the rest.
+    pub(crate) fn measured_fpr(&self) -> Option<f64> {
+        self.shared.counters.measured_fpr()
+    }
+}
