@@ -27,7 +27,7 @@ struct NeverFails;
 
 type Value = Arc<str>;
 
-fn filter() -> SharedFilter {
+fn filter() -> SharedFilter<u64> {
     let filter = BloomFilter::builder()
         .expected_items(1_000_000)
         .false_positive_rate(0.01)
@@ -35,10 +35,10 @@ fn filter() -> SharedFilter {
         .build()
         .unwrap();
     filter.insert_many(0..1_000_000u64);
-    SharedFilter::new(filter)
+    SharedFilter::<u64>::new(filter)
 }
 
-fn guarded(filter: SharedFilter) -> GuardedCache<u64, Value> {
+fn guarded(filter: SharedFilter<u64>) -> GuardedCache<u64, Value> {
     GuardedCache::builder(filter)
         .max_capacity(100_000)
         .time_to_live(Duration::from_secs(3600))

@@ -138,7 +138,7 @@ impl<Q: ?Sized + Key> Filter<Q> for CountingBloomFilter {
             .bits(self.num_slots())
             .hashes(self.num_hashes())
             .layout(self.layout())
-            .build_counting()
+            .build()
             .expect("valid parameters");
     }
     /// Bits of memory: 4 per slot.
@@ -170,7 +170,7 @@ impl<Q: ?Sized + Key> Filter<Q> for ScalableBloomFilter {
     /// No `clear`: a fresh filter of the same parameters and hash key, back to one stage
     /// (growth and tightening are the defaults, as [`ours_scalable`] builds).
     fn clear(&mut self) {
-        *self = ScalableBloomFilter::builder(self.initial_capacity(), self.target_fpr())
+        *self = ScalableBloomFilter::builder(self.initial_capacity(), self.target_fpr().unwrap())
             .layout(self.layout())
             .seed(self.seed())
             .build()
@@ -257,7 +257,7 @@ fn ours_counting(n: u64) -> CountingBloomFilter {
         .expected_items(n)
         .false_positive_rate(FPR)
         .layout(Layout::Blocked)
-        .build_counting()
+        .build()
         .expect("valid parameters")
 }
 

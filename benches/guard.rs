@@ -42,7 +42,7 @@ use tower::{Layer, Service, ServiceExt, service_fn};
 const MEMBERS: u64 = 1_000_000;
 const URIS: usize = 1024;
 
-fn filter() -> SharedFilter {
+fn filter() -> SharedFilter<u64> {
     let filter = BloomFilter::builder()
         .expected_items(MEMBERS)
         .false_positive_rate(0.01)
@@ -50,11 +50,11 @@ fn filter() -> SharedFilter {
         .build()
         .unwrap();
     filter.insert_many(0..MEMBERS);
-    SharedFilter::new(filter)
+    SharedFilter::<u64>::new(filter)
 }
 
 /// `/users/{id}` for ids spread over the members, and for ids the filter rejects.
-fn uris(filter: &SharedFilter) -> (Vec<Uri>, Vec<Uri>) {
+fn uris(filter: &SharedFilter<u64>) -> (Vec<Uri>, Vec<Uri>) {
     let uri = |id: u64| format!("/users/{id}").parse::<Uri>().unwrap();
     let step = MEMBERS / URIS as u64;
     let present = (0..URIS as u64).map(|i| uri(i * step + 7)).collect();

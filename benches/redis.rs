@@ -57,11 +57,13 @@ fn main() {
         let join = |name: &'static str| {
             let url = url.clone();
             async move {
-                let shared = SharedFilter::builder().name(name).build(filter(1_000_000));
+                let shared = SharedFilter::<String>::builder()
+                    .name(name)
+                    .build(filter(1_000_000));
                 RedisSync::builder(&url)
                     .prefix("bench-check")
                     .reconcile_every(Duration::from_secs(600))
-                    .connect(shared)
+                    .connect(&shared)
                     .await
                     .unwrap()
             }
@@ -167,11 +169,13 @@ fn main() {
     // the moment `propagated()` returned (the window the README documents). Load: a third
     // instance inserting 20,000 keys/s, and B's filter checked continuously by two threads.
     let c_instance = rt.block_on(async {
-        let shared = SharedFilter::builder().name("c").build(filter(1_000_000));
+        let shared = SharedFilter::<String>::builder()
+            .name("c")
+            .build(filter(1_000_000));
         RedisSync::builder(&url)
             .prefix("bench-check")
             .reconcile_every(Duration::from_secs(600))
-            .connect(shared)
+            .connect(&shared)
             .await
             .unwrap()
     });
@@ -256,7 +260,7 @@ fn main() {
         let first = RedisSync::builder(&url)
             .prefix("bench-10m")
             .reconcile_every(Duration::from_secs(600))
-            .connect(SharedFilter::new(big))
+            .connect(&SharedFilter::<u64>::new(big))
             .await
             .unwrap();
         let report = first.stats().last_reconcile.unwrap();
@@ -272,7 +276,7 @@ fn main() {
         let second = RedisSync::builder(&url)
             .prefix("bench-10m")
             .reconcile_every(Duration::from_secs(600))
-            .connect(SharedFilter::new(filter(10_000_000)))
+            .connect(&SharedFilter::<u64>::new(filter(10_000_000)))
             .await
             .unwrap();
         let report = second.stats().last_reconcile.unwrap();

@@ -16,8 +16,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use bloom_tower::KeySource;
+use bloom_tower::key::KeyFor;
 use bloom_tower::key_source::{self, Watermark};
+use bloom_tower::{Key, KeySource};
 use futures_util::Stream;
 use serde::{Deserialize, Serialize};
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
@@ -342,7 +343,7 @@ impl Db {
     pub async fn user_ids(&self) -> Result<UserIds, sqlx::Error> {
         let counters = Arc::clone(&self.counters);
         self.count_query();
-        let ids = key_source::sqlx::query::<i64, _>(self.pool.clone(), "SELECT id FROM users")
+        let ids = key_source::sqlx::query::<RowId, _>(self.pool.clone(), "SELECT id FROM users")
             .with_watermark(
                 "SELECT MAX(id) FROM users",
                 "SELECT id FROM users WHERE id > $1",
@@ -401,8 +402,8 @@ impl Drop for AllocatedId {
 /// Every user id, streamed from `SELECT id FROM users` by bloom-tower's
 /// [`key_source::sqlx::query`] (rows are decoded as they arrive; the ids are never collected
 /// into a `Vec`), every statement counted in [`Db::queries`]. Works on SQLite and PostgreSQL
-/// alike. The ids come as `i64`, whose key bytes are those of the `u64` ids the service
-/// inserts.
+/// alike. The `BIGINT` ids are decoded into the `u64` ids the service inserts and looks up
+/// ([`RowId`]), so the source fills a `SharedFilter<u64>`.
 ///
 /// The query runs inside [`KeySource::keys`], so a rebuild sees every user whose id was
 /// inserted into the filter before it started, as [`bloom_tower::key_source`] requires.
@@ -416,16 +417,16 @@ impl Drop for AllocatedId {
 #[derive(Clone, Debug)]
 pub struct UserIds {
     db: Db,
-    ids: key_source::sqlx::Query<i64, sqlx::Any>,
+    ids: key_source::sqlx::Query<RowId, sqlx::Any>,
 }
 
 impl KeySource for UserIds {
+    type Key = RowId;
     type Error = sqlx::Error;
 
     fn keys(
         &self,
-    ) -> impl Stream<Item = Result<impl bloom_tower::Key + Send + '_, sqlx::Error>> + Send + '_
-    {
+    ) -> impl Stream<Item = Result<impl KeyFor<RowId> + Send + '_, sqlx::Error>> + Send + '_ {
         self.db.count_query();
         self.ids.keys()
     }
@@ -442,10 +443,45 @@ impl KeySource for UserIds {
     fn keys_since<'a>(
         &'a self,
         since: &'a Watermark,
-    ) -> impl Stream<Item = Result<impl bloom_tower::Key + Send + 'a, sqlx::Error>> + Send + 'a
-    {
+    ) -> impl Stream<Item = Result<impl KeyFor<RowId> + Send + 'a, sqlx::Error>> + Send + 'a {
         self.db.count_query();
         self.ids.keys_since(since)
+    }
+}
+
+/// A user id as [`UserIds`] reads it from the `users` table: the `BIGINT` column decoded into
+/// the `u64` id the service uses everywhere else (the filter, the guard's `{id}`, the cache),
+/// so a `SharedFilter<u64>` is rebuilt from these rows; an `i64` source is not, since a typed
+/// filter never mixes integer types. Every id the service hands out is positive; a negative
+/// one written by someone else keeps its two's-complement bits (`as u64`): an id no
+/// `GET /users/{id}` can name ([`Db::find_user`] finds no row above `i64::MAX`), where an
+/// error would fail every rebuild over it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RowId(pub u64);
+
+impl Key for RowId {
+    #[inline]
+    fn key_bytes(&self) -> impl AsRef<[u8]> {
+        self.0.key_bytes()
+    }
+}
+
+impl KeyFor<u64> for RowId {}
+
+impl sqlx::Type<sqlx::Any> for RowId {
+    fn type_info() -> sqlx::any::AnyTypeInfo {
+        <i64 as sqlx::Type<sqlx::Any>>::type_info()
+    }
+
+    fn compatible(ty: &sqlx::any::AnyTypeInfo) -> bool {
+        <i64 as sqlx::Type<sqlx::Any>>::compatible(ty)
+    }
+}
+
+impl<'r> sqlx::Decode<'r, sqlx::Any> for RowId {
+    fn decode(value: sqlx::any::AnyValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
+        let id = <i64 as sqlx::Decode<'r, sqlx::Any>>::decode(value)?;
+        Ok(RowId(id as u64))
     }
 }
 

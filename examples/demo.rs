@@ -23,7 +23,8 @@ use anyhow::Context as _;
 use bloom_core::BloomFilter;
 use bloom_examples::db::{self, Db};
 use bloom_examples::user_service::{self, App, Config, RunningService, ServiceStats};
-use bloom_tower::{Key, KeySource, SharedFilter};
+use bloom_tower::key::KeyFor;
+use bloom_tower::{KeySource, SharedFilter};
 use futures_util::{Stream, StreamExt as _};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -79,7 +80,7 @@ async fn main() -> anyhow::Result<()> {
     let source = db.user_ids().await?;
     let keys = source.count_hint().unwrap_or(0);
     let building = Instant::now();
-    let filter = SharedFilter::builder()
+    let filter = SharedFilter::<u64>::builder()
         .name("guarded")
         .false_positive_rate(0.01)
         .auto_grow(true)
@@ -175,9 +176,12 @@ struct WithProgress<S> {
 }
 
 impl<S: KeySource + Sync> KeySource for WithProgress<S> {
+    type Key = S::Key;
     type Error = S::Error;
 
-    fn keys(&self) -> impl Stream<Item = Result<impl Key + Send + '_, S::Error>> + Send + '_ {
+    fn keys(
+        &self,
+    ) -> impl Stream<Item = Result<impl KeyFor<S::Key> + Send + '_, S::Error>> + Send + '_ {
         let mut read = 0u64;
         self.source.keys().inspect(move |_| {
             read += 1;

@@ -34,8 +34,8 @@ fn items() -> Items {
 }
 
 /// A filter of the item ids (1% false positives, random secret hash key).
-fn filter_of(items: &Items) -> Result<SharedFilter, bloom_tower::bloom_core::BuildError> {
-    let filter = SharedFilter::new(BloomFilter::new(items.len() as u64, 0.01)?);
+fn filter_of(items: &Items) -> Result<SharedFilter<u64>, bloom_tower::bloom_core::BuildError> {
+    let filter = SharedFilter::<u64>::new(BloomFilter::new(items.len() as u64, 0.01)?);
     for id in items.keys() {
         filter.insert(id);
     }
@@ -45,7 +45,7 @@ fn filter_of(items: &Items) -> Result<SharedFilter, bloom_tower::bloom_core::Bui
 /// The guarded service: a `ServiceBuilder` with the guard in front of a `service_fn`.
 fn app(
     items: Items,
-    filter: SharedFilter,
+    filter: SharedFilter<u64>,
 ) -> impl Service<Request<Incoming>, Response = Response<Full<Bytes>>, Error = Infallible, Future: Send>
 + Clone
 + Send

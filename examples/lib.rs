@@ -3,6 +3,11 @@
 //! end-to-end tests in `tests/`).
 #![forbid(unsafe_code)]
 
+/// The workspace README's Rust blocks, compiled and run as this crate's doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct WorkspaceReadme;
+
 pub mod db;
 pub mod passwords;
 pub mod user_service;

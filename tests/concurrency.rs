@@ -9,7 +9,7 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::thread;
 
-use bloom_core::{BloomFilter, Layout, Mismatch};
+use bloom_core::{BloomFilter, IncompatibleError, Layout};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -334,7 +334,7 @@ fn incompatible_filters_are_refused_and_left_unchanged() {
     let theirs = [
         (
             base().bits(2048).build().unwrap(),
-            Mismatch::Bits {
+            IncompatibleError::Bits {
                 ours: 1024,
                 theirs: 2048,
             },
@@ -342,12 +342,12 @@ fn incompatible_filters_are_refused_and_left_unchanged() {
         ),
         (
             base().hashes(5).build().unwrap(),
-            Mismatch::Hashes { ours: 4, theirs: 5 },
+            IncompatibleError::Hashes { ours: 4, theirs: 5 },
             "number of hashes differs (4 vs 5)",
         ),
         (
             base().layout(Layout::Blocked).build().unwrap(),
-            Mismatch::Layout {
+            IncompatibleError::Layout {
                 ours: Layout::Classic,
                 theirs: Layout::Blocked,
             },
@@ -355,7 +355,7 @@ fn incompatible_filters_are_refused_and_left_unchanged() {
         ),
         (
             base().seed(2).build().unwrap(),
-            Mismatch::HashKey,
+            IncompatibleError::HashKey,
             "hash keys (seeds) differ",
         ),
     ];
@@ -368,7 +368,7 @@ fn incompatible_filters_are_refused_and_left_unchanged() {
             ours.check_compatible(&other),
         ] {
             let e = result.expect_err(message);
-            assert_eq!(e.mismatch(), &mismatch);
+            assert_eq!(e, mismatch);
             assert_eq!(
                 e.to_string(),
                 format!("filters are incompatible: {message}")

@@ -583,12 +583,14 @@ struct ReadBeforeCommit {
 }
 
 impl bloom_tower::KeySource for ReadBeforeCommit {
+    type Key = u64;
     type Error = std::io::Error;
 
     fn keys(
         &self,
-    ) -> impl futures_util::Stream<Item = Result<impl bloom_tower::Key + Send + '_, std::io::Error>>
-    + Send
+    ) -> impl futures_util::Stream<
+        Item = Result<impl bloom_tower::key::KeyFor<u64> + Send + '_, std::io::Error>,
+    > + Send
     + '_ {
         use futures_util::StreamExt;
         futures_util::stream::once(async move {
@@ -971,7 +973,9 @@ async fn sqlite_admin_routes_rebuild_and_snapshot() {
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::OK);
-    let loaded = bloom_tower::SharedFilter::load(&snapshot).await.unwrap();
+    let loaded = bloom_tower::SharedFilter::<u64>::load(&snapshot)
+        .await
+        .unwrap();
     assert!(loaded.contains(&id));
 
     let caches: Value = client

@@ -1,4 +1,4 @@
-//! The user service: axum 0.8 over the [`db`](crate::db) layer, guarded by a Bloom filter.
+//! The user service: axum 0.8 over the [`db`] layer, guarded by a Bloom filter.
 //!
 //! | route | what it does |
 //! | --- | --- |
@@ -43,9 +43,10 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use bloom_core::BloomFilter;
 use bloom_tower::key::{self, Parse, PathParam};
-use bloom_tower::{
-    BackgroundTask, BloomGuard, GuardStats, GuardedCache, RejectedKey, SharedFilter, Started,
-};
+use bloom_tower::reject::RejectedKey;
+use bloom_tower::shared_filter::{BackgroundTask, Started};
+use bloom_tower::stats::GuardStats;
+use bloom_tower::{BloomGuard, GuardedCache, SharedFilter};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -164,7 +165,7 @@ impl Config {
 }
 
 /// The guard's type: `{id}` parsed as `u64`, absent ids answered by [`no_such_user`].
-type Guard = BloomGuard<Parse<PathParam, u64>, fn(RejectedKey<'_>) -> Response>;
+type Guard = BloomGuard<u64, Parse<PathParam, u64>, fn(RejectedKey<'_>) -> Response>;
 
 /// The service: database, filter, guard and cache. Cheap to clone (an `Arc`).
 #[derive(Clone)]
@@ -179,14 +180,14 @@ struct Inner {
 }
 
 struct Guarded {
-    filter: SharedFilter,
+    filter: SharedFilter<u64>,
     guard: Guard,
     cache: GuardedCache<u64, User>,
     /// Scheduled rebuilds and snapshots, stopped on shutdown.
     tasks: Mutex<Vec<BackgroundTask>>,
     /// With `--redis`: the sync that shares the filter (and runs the scheduled rebuilds, one
     /// instance at a time).
-    redis: Option<bloom_redis::RedisSync>,
+    redis: Option<bloom_redis::RedisSync<u64>>,
     /// What the admin router's rebuilds read: the scheduled rebuilds' source.
     source: crate::db::UserIds,
 }
@@ -240,7 +241,7 @@ impl App {
     pub async fn with_parts(
         config: Config,
         db: Db,
-        filter: Option<SharedFilter>,
+        filter: Option<SharedFilter<u64>>,
     ) -> anyhow::Result<App> {
         metrics::prometheus();
         let guarded = if config.no_guard {
@@ -268,9 +269,10 @@ impl App {
                     (filter, tasks, None)
                 }
             };
-            let guard: Guard = BloomGuard::new(filter.clone(), key::path_param("id").parse())
-                .name(config.name.clone())
-                .on_reject(no_such_user as fn(RejectedKey<'_>) -> Response);
+            let guard: Guard =
+                BloomGuard::new(filter.clone(), key::path_param("id").parse::<u64>())
+                    .name(config.name.clone())
+                    .on_reject(no_such_user as fn(RejectedKey<'_>) -> Response);
             let cache = GuardedCache::builder(filter.clone())
                 .name(config.name.clone())
                 .max_capacity(config.cache_capacity)
@@ -402,7 +404,7 @@ impl App {
     }
 
     /// The Bloom filter (`None` when unguarded).
-    pub fn filter(&self) -> Option<&SharedFilter> {
+    pub fn filter(&self) -> Option<&SharedFilter<u64>> {
         self.inner.guarded.as_ref().map(|guarded| &guarded.filter)
     }
 
@@ -454,20 +456,22 @@ async fn join_shared_filter(
     config: &Config,
     url: &str,
     source: &crate::db::UserIds,
-) -> anyhow::Result<(SharedFilter, bloom_redis::RedisSync)> {
+) -> anyhow::Result<(SharedFilter<u64>, bloom_redis::RedisSync<u64>)> {
     let seed = config
         .filter_seed
         .context("--redis needs --filter-seed, the hash key every instance shares")?;
-    let filter = SharedFilter::builder().name(config.name.clone()).build(
-        BloomFilter::builder()
-            .expected_items(config.filter_capacity)
-            .false_positive_rate(config.false_positive_rate)
-            .seed(seed)
-            .build()?,
-    );
+    let filter = SharedFilter::<u64>::builder()
+        .name(config.name.clone())
+        .build(
+            BloomFilter::builder()
+                .expected_items(config.filter_capacity)
+                .false_positive_rate(config.false_positive_rate)
+                .seed(seed)
+                .build()?,
+        );
     let sync = bloom_redis::RedisSync::builder(url)
         .prefix("user_service:users")
-        .connect(filter.clone())
+        .connect(&filter)
         .await
         .context("joining the filter shared through Redis")?;
     // A shared filter holding clearly fewer ids than the table has never been filled, or Redis
@@ -500,8 +504,8 @@ async fn join_shared_filter(
 async fn start_filter(
     config: &Config,
     source: &crate::db::UserIds,
-) -> anyhow::Result<SharedFilter> {
-    let mut builder = SharedFilter::builder()
+) -> anyhow::Result<SharedFilter<u64>> {
+    let mut builder = SharedFilter::<u64>::builder()
         .name(config.name.clone())
         .false_positive_rate(config.false_positive_rate)
         .auto_grow(true)

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use anyhow::{Result, anyhow};
+use anyhow::{Context, Result, anyhow};
 use bloom_core::{AnyFilter, BloomFilter, Snapshot, SnapshotLabel};
 
 use crate::input::io_msg;
@@ -29,8 +29,7 @@ pub fn load(path: &Path) -> Result<Loaded> {
         return Err(anyhow!("{name}: is a directory, not a filter file"));
     }
     let bytes = std::fs::read(path).map_err(|e| anyhow!("{name}: cannot read: {}", io_msg(&e)))?;
-    let snapshot =
-        Snapshot::read_from(&mut bytes.as_slice()).map_err(|e| anyhow!("{name}: {e}"))?;
+    let snapshot = Snapshot::read_from(&mut bytes.as_slice()).with_context(|| name.to_string())?;
     // The filter follows the label (magic, version, length, label, CRC), if there is one;
     // read_from checked both, so the version field is there.
     let start = match snapshot.label {

@@ -1,5 +1,11 @@
 //! `bloom`: size, build, check, inspect and merge Bloom filter files, and de-duplicate huge
 //! line streams. See the crate's README.md for examples of every command.
+//!
+//! Errors, one style throughout: every command returns an `anyhow::Result`; an error from
+//! `bloom-core` (a `std::error::Error`) gets `.context(..)` saying what was being done, so
+//! its own message and causes follow in the one line [`main`] prints (`{:#}`); an
+//! `io::Error` is formatted in place with `input::io_msg` (without the OS error number);
+//! clap's value parsers (`args`) return `Result<_, String>`, which clap prints.
 #![forbid(unsafe_code)]
 
 mod args;

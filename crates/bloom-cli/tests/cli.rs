@@ -617,7 +617,7 @@ fn check_and_stats_read_counting_and_scalable_files_and_merge_refuses_them() {
         .expected_items(1_000)
         .false_positive_rate(0.01)
         .seed(5)
-        .build_counting()
+        .build()
         .unwrap();
     let scalable = ScalableBloomFilter::builder(100, 0.01)
         .seed(5)

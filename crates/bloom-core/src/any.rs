@@ -43,6 +43,15 @@ pub enum AnyFilter {
 
 impl AnyFilter {
     /// Adds `key`. Returns `true` if the filter changed (the key was not maybe-present).
+    ///
+    /// ```
+    /// use bloom_core::{AnyFilter, BloomFilter, CountingBloomFilter, ScalableBloomFilter};
+    ///
+    /// let f = AnyFilter::from(BloomFilter::new(1_000, 0.01)?);
+    /// assert!(f.insert("a"));
+    /// assert!(!f.insert("a")); // already (maybe) present
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     #[inline]
     pub fn insert<K: Key + ?Sized>(&self, key: &K) -> bool {
         match self {
@@ -53,6 +62,15 @@ impl AnyFilter {
     }
 
     /// `false` means `key` was definitely never inserted.
+    ///
+    /// ```
+    /// use bloom_core::{AnyFilter, BloomFilter, CountingBloomFilter, ScalableBloomFilter};
+    ///
+    /// let f = AnyFilter::from(ScalableBloomFilter::new(1_000, 0.01)?);
+    /// f.insert("a");
+    /// assert!(f.contains("a"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     #[inline]
     pub fn contains<K: Key + ?Sized>(&self, key: &K) -> bool {
         match self {
@@ -65,6 +83,18 @@ impl AnyFilter {
     /// Removes one insertion of `key` from a counting filter (see
     /// [`CountingBloomFilter::remove`]): `Some(true)` if removed, `Some(false)` if refused
     /// because `key` is definitely absent, `None` if this kind of filter cannot remove.
+    ///
+    /// ```
+    /// use bloom_core::{AnyFilter, BloomFilter, CountingBloomFilter, ScalableBloomFilter};
+    ///
+    /// let counting = AnyFilter::from(CountingBloomFilter::new(1_000, 0.01)?);
+    /// counting.insert("a");
+    /// assert_eq!(counting.remove("a"), Some(true));
+    /// assert_eq!(counting.remove("a"), Some(false)); // now definitely absent
+    /// let plain = AnyFilter::from(BloomFilter::new(1_000, 0.01)?);
+    /// assert_eq!(plain.remove("a"), None); // a plain filter cannot remove
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn remove<K: Key + ?Sized>(&self, key: &K) -> Option<bool> {
         match self {
             Self::Counting(f) => Some(f.remove(key)),
@@ -73,6 +103,15 @@ impl AnyFilter {
     }
 
     /// "plain", "counting" or "scalable": for logs and metric labels.
+    ///
+    /// ```
+    /// use bloom_core::{AnyFilter, BloomFilter, CountingBloomFilter, ScalableBloomFilter};
+    ///
+    /// assert_eq!(AnyFilter::from(BloomFilter::new(100, 0.01)?).kind(), "plain");
+    /// assert_eq!(AnyFilter::from(CountingBloomFilter::new(100, 0.01)?).kind(), "counting");
+    /// assert_eq!(AnyFilter::from(ScalableBloomFilter::new(100, 0.01)?).kind(), "scalable");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Plain(_) => "plain",
@@ -82,6 +121,15 @@ impl AnyFilter {
     }
 
     /// The plain filter, if this is one.
+    ///
+    /// ```
+    /// use bloom_core::{AnyFilter, BloomFilter, CountingBloomFilter, ScalableBloomFilter};
+    ///
+    /// let f = AnyFilter::from(BloomFilter::new(100, 0.01)?);
+    /// assert!(f.as_plain().is_some());
+    /// assert!(f.as_counting().is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn as_plain(&self) -> Option<&BloomFilter> {
         match self {
             Self::Plain(f) => Some(f),
@@ -90,6 +138,15 @@ impl AnyFilter {
     }
 
     /// The counting filter, if this is one.
+    ///
+    /// ```
+    /// use bloom_core::{AnyFilter, BloomFilter, CountingBloomFilter, ScalableBloomFilter};
+    ///
+    /// let f = AnyFilter::from(CountingBloomFilter::new(100, 0.01)?);
+    /// assert!(f.as_counting().is_some());
+    /// assert!(f.as_plain().is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn as_counting(&self) -> Option<&CountingBloomFilter> {
         match self {
             Self::Counting(f) => Some(f),
@@ -98,6 +155,14 @@ impl AnyFilter {
     }
 
     /// The scalable filter, if this is one.
+    ///
+    /// ```
+    /// use bloom_core::{AnyFilter, BloomFilter, CountingBloomFilter, ScalableBloomFilter};
+    ///
+    /// let f = AnyFilter::from(ScalableBloomFilter::new(100, 0.01)?);
+    /// assert_eq!(f.as_scalable().map(|s| s.num_stages()), Some(1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn as_scalable(&self) -> Option<&ScalableBloomFilter> {
         match self {
             Self::Scalable(f) => Some(f),
@@ -106,6 +171,20 @@ impl AnyFilter {
     }
 
     /// The layout (of every stage, for a scalable filter).
+    ///
+    /// ```
+    /// use bloom_core::{AnyFilter, BloomFilter, Layout};
+    ///
+    /// let f = AnyFilter::from(
+    ///     BloomFilter::builder()
+    ///         .expected_items(100)
+    ///         .false_positive_rate(0.01)
+    ///         .layout(Layout::Classic)
+    ///         .build()?,
+    /// );
+    /// assert_eq!(f.layout(), Layout::Classic);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn layout(&self) -> Layout {
         match self {
             Self::Plain(f) => f.layout(),
@@ -115,6 +194,14 @@ impl AnyFilter {
     }
 
     /// The secret hash key. Never log it.
+    ///
+    /// ```
+    /// use bloom_core::{AnyFilter, ScalableBloomFilter};
+    ///
+    /// let f = AnyFilter::from(ScalableBloomFilter::builder(100, 0.01).seed(7).build()?);
+    /// assert_eq!(f.seed(), 7);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn seed(&self) -> u128 {
         match self {
             Self::Plain(f) => f.seed(),
@@ -125,6 +212,14 @@ impl AnyFilter {
 
     /// The number of keys a fixed-size filter was sized for; `None` if it was sized by bits,
     /// and always `None` for a scalable filter, which has no limit.
+    ///
+    /// ```
+    /// use bloom_core::{AnyFilter, BloomFilter, CountingBloomFilter, ScalableBloomFilter};
+    ///
+    /// assert_eq!(AnyFilter::from(BloomFilter::new(100, 0.01)?).capacity(), Some(100));
+    /// assert_eq!(AnyFilter::from(ScalableBloomFilter::new(100, 0.01)?).capacity(), None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn capacity(&self) -> Option<u64> {
         match self {
             Self::Plain(f) => f.capacity(),
@@ -133,16 +228,35 @@ impl AnyFilter {
         }
     }
 
-    /// The false-positive rate it was sized for (the compound bound for a scalable filter).
+    /// The false-positive rate it was sized for (the compound bound for a scalable filter);
+    /// `None` for a plain or counting filter built from an explicit size instead of a rate.
+    ///
+    /// ```
+    /// use bloom_core::{AnyFilter, BloomFilter, CountingBloomFilter, ScalableBloomFilter};
+    ///
+    /// assert_eq!(AnyFilter::from(CountingBloomFilter::new(100, 0.01)?).target_fpr(), Some(0.01));
+    /// assert_eq!(AnyFilter::from(ScalableBloomFilter::new(100, 0.01)?).target_fpr(), Some(0.01));
+    /// let sized = AnyFilter::from(BloomFilter::builder().bits(1_024).hashes(3).build()?);
+    /// assert_eq!(sized.target_fpr(), None); // built from a size: no target
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn target_fpr(&self) -> Option<f64> {
         match self {
             Self::Plain(f) => f.target_fpr(),
             Self::Counting(f) => f.target_fpr(),
-            Self::Scalable(f) => Some(f.target_fpr()),
+            Self::Scalable(f) => f.target_fpr(),
         }
     }
 
     /// Bits (slots, for a counting filter; summed over stages, for a scalable one).
+    ///
+    /// ```
+    /// use bloom_core::{AnyFilter, BloomFilter, CountingBloomFilter, ScalableBloomFilter};
+    ///
+    /// let f = AnyFilter::from(CountingBloomFilter::builder().bits(1_024).hashes(3).build()?);
+    /// assert_eq!(f.num_bits(), 1_024); // slots, for a counting filter
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn num_bits(&self) -> u64 {
         match self {
             Self::Plain(f) => f.num_bits(),
@@ -152,6 +266,16 @@ impl AnyFilter {
     }
 
     /// Memory held, in bytes.
+    ///
+    /// ```
+    /// use bloom_core::{AnyFilter, BloomFilter, CountingBloomFilter, ScalableBloomFilter};
+    ///
+    /// let plain = AnyFilter::from(BloomFilter::builder().bits(1_024).hashes(3).build()?);
+    /// let counting = AnyFilter::from(CountingBloomFilter::builder().bits(1_024).hashes(3).build()?);
+    /// assert_eq!(plain.size_in_bytes(), 128);
+    /// assert_eq!(counting.size_in_bytes(), 4 * 128);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn size_in_bytes(&self) -> usize {
         match self {
             Self::Plain(f) => f.size_in_bytes(),
@@ -161,6 +285,16 @@ impl AnyFilter {
     }
 
     /// The fraction of bits set (non-zero counters; over all stages). One scan.
+    ///
+    /// ```
+    /// use bloom_core::{AnyFilter, BloomFilter, CountingBloomFilter, ScalableBloomFilter};
+    ///
+    /// let f = AnyFilter::from(BloomFilter::new(1_000, 0.01)?);
+    /// assert_eq!(f.fill_ratio(), 0.0);
+    /// f.insert("a");
+    /// assert!(f.fill_ratio() > 0.0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn fill_ratio(&self) -> f64 {
         match self {
             Self::Plain(f) => f.fill_ratio(),
@@ -170,6 +304,17 @@ impl AnyFilter {
     }
 
     /// Distinct keys, estimated from the bits (one scan).
+    ///
+    /// ```
+    /// use bloom_core::{AnyFilter, BloomFilter, CountingBloomFilter, ScalableBloomFilter};
+    ///
+    /// let f = AnyFilter::from(ScalableBloomFilter::new(1_000, 0.01)?);
+    /// for i in 0..5_000u64 {
+    ///     f.insert(&i);
+    /// }
+    /// assert!((f.estimated_items() - 5_000.0).abs() < 500.0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn estimated_items(&self) -> f64 {
         match self {
             Self::Plain(f) => f.estimated_items(),
@@ -179,6 +324,18 @@ impl AnyFilter {
     }
 
     /// The false-positive rate the bits imply now (one scan).
+    ///
+    /// ```
+    /// use bloom_core::{AnyFilter, BloomFilter, CountingBloomFilter, ScalableBloomFilter};
+    ///
+    /// let f = AnyFilter::from(BloomFilter::new(1_000, 0.01)?);
+    /// assert_eq!(f.current_fpr(), 0.0);
+    /// for i in 0..1_000u64 {
+    ///     f.insert(&i);
+    /// }
+    /// assert!(f.current_fpr() < 0.02);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn current_fpr(&self) -> f64 {
         match self {
             Self::Plain(f) => f.current_fpr(),
@@ -190,6 +347,20 @@ impl AnyFilter {
     /// An empty filter of the same kind, layout and settings, sized for `expected_items` at
     /// `false_positive_rate` (a scalable filter's first stage takes `expected_items`), with
     /// this filter's hash key or, if `seed` is `Some`, that one.
+    ///
+    /// ```
+    /// use bloom_core::{AnyFilter, BloomFilter, CountingBloomFilter, ScalableBloomFilter};
+    ///
+    /// let f = AnyFilter::from(CountingBloomFilter::builder()
+    ///     .expected_items(100)
+    ///     .false_positive_rate(0.01)
+    ///     .seed(3)
+    ///     .build()?);
+    /// let bigger = f.empty_like(10_000, 0.001, None)?;
+    /// assert_eq!((bigger.kind(), bigger.seed()), ("counting", 3));
+    /// assert_eq!((bigger.capacity(), bigger.target_fpr()), (Some(10_000), Some(0.001)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn empty_like(
         &self,
         expected_items: u64,
@@ -217,6 +388,16 @@ impl AnyFilter {
     }
 
     /// The filter in the file format of its kind (see `docs/FORMAT.md`).
+    ///
+    /// ```
+    /// use bloom_core::{AnyFilter, BloomFilter, CountingBloomFilter, ScalableBloomFilter};
+    ///
+    /// let f = AnyFilter::from(CountingBloomFilter::new(100, 0.01)?);
+    /// f.insert("a");
+    /// let copy = AnyFilter::from_bytes(&f.to_bytes())?;
+    /// assert!(copy.contains("a") && copy.kind() == "counting");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn to_bytes(&self) -> Vec<u8> {
         match self {
             Self::Plain(f) => f.to_bytes(),
@@ -226,6 +407,16 @@ impl AnyFilter {
     }
 
     /// Writes [`to_bytes`](Self::to_bytes)'s output to `w`.
+    ///
+    /// ```
+    /// use bloom_core::{AnyFilter, BloomFilter, CountingBloomFilter, ScalableBloomFilter};
+    ///
+    /// let f = AnyFilter::from(BloomFilter::new(100, 0.01)?);
+    /// let mut file = Vec::new();
+    /// f.write_to(&mut file)?;
+    /// assert_eq!(file, f.to_bytes());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn write_to<W: Write + ?Sized>(&self, w: &mut W) -> io::Result<()> {
         match self {
             Self::Plain(f) => f.write_to(w),
@@ -235,6 +426,15 @@ impl AnyFilter {
     }
 
     /// Reads a filter of any kind from exactly `bytes`.
+    ///
+    /// ```
+    /// use bloom_core::{AnyFilter, BloomFilter, CountingBloomFilter, ScalableBloomFilter};
+    ///
+    /// let bytes = ScalableBloomFilter::new(100, 0.01)?.to_bytes();
+    /// assert_eq!(AnyFilter::from_bytes(&bytes)?.kind(), "scalable");
+    /// assert!(AnyFilter::from_bytes(b"not a filter").is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, DecodeError> {
         match kind_of(bytes) {
             Some(Kind::Counting) => CountingBloomFilter::from_bytes(bytes).map(Self::Counting),
@@ -245,6 +445,15 @@ impl AnyFilter {
     }
 
     /// Reads one filter of any kind from `r`, which must end right after it.
+    ///
+    /// ```
+    /// use bloom_core::{AnyFilter, BloomFilter, CountingBloomFilter, ScalableBloomFilter};
+    ///
+    /// let bytes = CountingBloomFilter::new(100, 0.01)?.to_bytes();
+    /// let f = AnyFilter::read_from(&mut bytes.as_slice())?;
+    /// assert_eq!(f.kind(), "counting");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn read_from<R: Read + ?Sized>(r: &mut R) -> Result<Self, DecodeError> {
         // The kind byte comes first in every kind's header: read up to it, then hand the
         // decoder those bytes followed by the rest of the stream.
@@ -311,7 +520,7 @@ mod tests {
                 .expected_items(1_000)
                 .false_positive_rate(0.01)
                 .seed(3)
-                .build_counting()
+                .build()
                 .unwrap()
                 .into(),
             ScalableBloomFilter::builder(100, 0.01)

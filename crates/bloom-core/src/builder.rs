@@ -1,10 +1,11 @@
 //! Building a filter: from (expected items, false-positive rate) or from an explicit size.
 
 use std::fmt;
+use std::marker::PhantomData;
 
 use crate::hasher::KeyHasher;
 use crate::params::{self, BLOCK_BITS, MAX_BITS, MAX_HASHES};
-use crate::{BloomFilter, Layout};
+use crate::{BloomFilter, CountingBloomFilter, Layout};
 
 /// Why a filter could not be built. Every message says what to change.
 #[derive(Debug, thiserror::Error)]
@@ -73,40 +74,74 @@ pub enum BuildError {
     /// A scalable filter's tightening ratio outside (0, 1).
     #[error("tightening ratio must be strictly between 0 and 1 (e.g. 0.5), got {0}")]
     InvalidTighteningRatio(f64),
-    /// The operating system's random source failed while choosing the secret hash key.
-    #[error(
-        "could not draw a random hash key from the operating system ({0}); set one with .seed(..)"
-    )]
-    Random(getrandom::Error),
+    /// The operating system's random source failed while choosing the secret hash key (the
+    /// cause is the error's [`source`](std::error::Error::source)).
+    #[error("could not draw a random hash key from the operating system: set one with .seed(..)")]
+    Random(#[source] getrandom::Error),
 }
 
-/// Configures and builds a [`BloomFilter`]; start from [`BloomFilter::builder`].
+/// Configures and builds a filter of kind `F`: a [`BloomFilter`] (the default) from
+/// [`BloomFilter::builder`], or a [`CountingBloomFilter`] from
+/// [`CountingBloomFilter::builder`]. Both kinds take the same settings, and
+/// [`build`](Self::build) returns the kind the builder was started for.
 ///
 /// ```
-/// use bloom_core::{BloomFilter, Layout};
+/// use bloom_core::{BloomFilter, CountingBloomFilter, Layout};
 ///
-/// let f = BloomFilter::builder()
+/// let plain: BloomFilter = BloomFilter::builder()
 ///     .expected_items(1_000_000)
 ///     .false_positive_rate(0.01)
 ///     .layout(Layout::Blocked)
 ///     .seed(0x1234_u128)
 ///     .build()?;
+/// let counting: CountingBloomFilter = CountingBloomFilter::builder()
+///     .expected_items(1_000)
+///     .false_positive_rate(0.01)
+///     .build()?;
+/// counting.insert("a");
+/// assert!(counting.remove("a"));
 /// # Ok::<(), bloom_core::BuildError>(())
 /// ```
-#[derive(Clone, Default)]
 #[must_use]
-pub struct Builder {
+pub struct Builder<F = BloomFilter> {
     expected_items: Option<u64>,
     false_positive_rate: Option<f64>,
     bits: Option<u64>,
     hashes: Option<u32>,
     layout: Layout,
     seed: Option<u128>,
+    kind: PhantomData<fn() -> F>,
 }
 
-impl fmt::Debug for Builder {
+// Written out rather than derived: a derive would require `F: Clone` / `F: Default`, and
+// the builder holds no `F`.
+impl<F> Clone for Builder<F> {
+    fn clone(&self) -> Self {
+        Self {
+            kind: PhantomData,
+            ..*self
+        }
+    }
+}
+
+impl<F> Default for Builder<F> {
+    fn default() -> Self {
+        Self {
+            expected_items: None,
+            false_positive_rate: None,
+            bits: None,
+            hashes: None,
+            layout: Layout::default(),
+            seed: None,
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<F> fmt::Debug for Builder<F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Builder")
+            .field("kind", &std::any::type_name::<F>())
             .field("expected_items", &self.expected_items)
             .field("false_positive_rate", &self.false_positive_rate)
             .field("bits", &self.bits)
@@ -117,33 +152,77 @@ impl fmt::Debug for Builder {
     }
 }
 
-impl Builder {
+impl<F> Builder<F> {
     /// The number of distinct keys the filter is sized for (n).
+    ///
+    /// ```
+    /// let f = bloom_core::BloomFilter::builder()
+    ///     .expected_items(10_000)
+    ///     .false_positive_rate(0.01)
+    ///     .build()?;
+    /// assert_eq!(f.capacity(), Some(10_000));
+    /// # Ok::<(), bloom_core::BuildError>(())
+    /// ```
     pub fn expected_items(mut self, n: u64) -> Self {
         self.expected_items = Some(n);
         self
     }
 
     /// The false-positive rate wanted at `expected_items` keys (p), e.g. `0.01`.
+    ///
+    /// ```
+    /// let f = bloom_core::BloomFilter::builder()
+    ///     .expected_items(10_000)
+    ///     .false_positive_rate(0.001)
+    ///     .build()?;
+    /// assert_eq!(f.target_fpr(), Some(0.001));
+    /// # Ok::<(), bloom_core::BuildError>(())
+    /// ```
     pub fn false_positive_rate(mut self, p: f64) -> Self {
         self.false_positive_rate = Some(p);
         self
     }
 
     /// An explicit number of bits (m) instead of a false-positive rate. Blocked filters round
-    /// it up to a whole number of 512-bit blocks.
+    /// it up to a whole number of 512-bit blocks. A filter sized this way has no
+    /// [`target_fpr`](BloomFilter::target_fpr).
+    ///
+    /// ```
+    /// let f = bloom_core::BloomFilter::builder().bits(1_000).hashes(3).build()?;
+    /// assert_eq!(f.num_bits(), 1_024); // two 512-bit blocks
+    /// assert_eq!(f.target_fpr(), None);
+    /// # Ok::<(), bloom_core::BuildError>(())
+    /// ```
     pub fn bits(mut self, m: u64) -> Self {
         self.bits = Some(m);
         self
     }
 
     /// An explicit number of hash probes per key (k).
+    ///
+    /// ```
+    /// let f = bloom_core::BloomFilter::builder().bits(4_096).hashes(5).build()?;
+    /// assert_eq!(f.num_hashes(), 5);
+    /// # Ok::<(), bloom_core::BuildError>(())
+    /// ```
     pub fn hashes(mut self, k: u32) -> Self {
         self.hashes = Some(k);
         self
     }
 
     /// The layout; [`Layout::Blocked`] by default.
+    ///
+    /// ```
+    /// use bloom_core::{BloomFilter, Layout};
+    ///
+    /// let f = BloomFilter::builder()
+    ///     .expected_items(1_000)
+    ///     .false_positive_rate(0.01)
+    ///     .layout(Layout::Classic)
+    ///     .build()?;
+    /// assert_eq!(f.layout(), Layout::Classic);
+    /// # Ok::<(), bloom_core::BuildError>(())
+    /// ```
     pub fn layout(mut self, layout: Layout) -> Self {
         self.layout = layout;
         self
@@ -154,38 +233,32 @@ impl Builder {
     /// Without it the key is drawn from the operating system's random source, so nobody can
     /// compute colliding keys offline. A fixed key that leaks lets an attacker craft keys that
     /// the filter wrongly lets through: treat it like a password.
+    ///
+    /// ```
+    /// let f = bloom_core::BloomFilter::builder()
+    ///     .expected_items(1_000)
+    ///     .false_positive_rate(0.01)
+    ///     .seed(42)
+    ///     .build()?;
+    /// assert_eq!(f.seed(), 42);
+    /// # Ok::<(), bloom_core::BuildError>(())
+    /// ```
     pub fn seed(mut self, seed: u128) -> Self {
         self.seed = Some(seed);
         self
     }
 
-    /// Builds the filter, or says which parameter to change.
-    pub fn build(self) -> Result<BloomFilter, BuildError> {
-        let r = self.resolve()?;
-        Ok(BloomFilter::from_parts(
-            r.layout,
-            r.slots,
-            r.hashes,
-            r.hasher,
-            r.capacity,
-            r.target_fpr,
-            None,
-        ))
-    }
-
-    /// Builds a [`CountingBloomFilter`](crate::CountingBloomFilter) of the same size in
-    /// slots (each a 4-bit counter, so 4× the memory of [`build`](Self::build)'s filter).
-    pub fn build_counting(self) -> Result<crate::CountingBloomFilter, BuildError> {
-        let r = self.resolve()?;
-        Ok(crate::CountingBloomFilter::from_parts(
-            r.layout,
-            r.slots,
-            r.hashes,
-            r.hasher,
-            r.capacity,
-            r.target_fpr,
-            None,
-        ))
+    /// The same settings, for building another kind of filter.
+    fn of_kind<G>(self) -> Builder<G> {
+        Builder {
+            expected_items: self.expected_items,
+            false_positive_rate: self.false_positive_rate,
+            bits: self.bits,
+            hashes: self.hashes,
+            layout: self.layout,
+            seed: self.seed,
+            kind: PhantomData,
+        }
     }
 
     /// Checks the settings and works out the size.
@@ -228,6 +301,78 @@ impl Builder {
             capacity: self.expected_items,
             target_fpr: self.false_positive_rate,
         })
+    }
+}
+
+impl Builder<BloomFilter> {
+    /// Builds the plain filter, or says which parameter to change.
+    ///
+    /// ```
+    /// let f = bloom_core::BloomFilter::builder()
+    ///     .expected_items(1_000)
+    ///     .false_positive_rate(0.01)
+    ///     .build()?;
+    /// f.insert("a");
+    /// assert!(f.contains("a"));
+    /// assert!(bloom_core::BloomFilter::builder().build().is_err()); // no size given
+    /// # Ok::<(), bloom_core::BuildError>(())
+    /// ```
+    pub fn build(self) -> Result<BloomFilter, BuildError> {
+        let r = self.resolve()?;
+        Ok(BloomFilter::from_parts(
+            r.layout,
+            r.slots,
+            r.hashes,
+            r.hasher,
+            r.capacity,
+            r.target_fpr,
+            None,
+        ))
+    }
+
+    /// Builds a [`CountingBloomFilter`] with these settings instead: the same slots as
+    /// [`build`](Self::build)'s filter, each a 4-bit counter (so 4× the memory). For code
+    /// that keeps one configured builder and builds either kind from it; otherwise start
+    /// from [`CountingBloomFilter::builder`].
+    ///
+    /// ```
+    /// let sized = bloom_core::BloomFilter::builder()
+    ///     .expected_items(1_000)
+    ///     .false_positive_rate(0.01)
+    ///     .seed(7);
+    /// let plain = sized.clone().build()?;
+    /// let counting = sized.build_counting()?;
+    /// assert_eq!(plain.num_bits(), counting.num_slots());
+    /// # Ok::<(), bloom_core::BuildError>(())
+    /// ```
+    pub fn build_counting(self) -> Result<CountingBloomFilter, BuildError> {
+        self.of_kind::<CountingBloomFilter>().build()
+    }
+}
+
+impl Builder<CountingBloomFilter> {
+    /// Builds the counting filter, or says which parameter to change.
+    ///
+    /// ```
+    /// let f = bloom_core::CountingBloomFilter::builder()
+    ///     .expected_items(1_000)
+    ///     .false_positive_rate(0.01)
+    ///     .build()?;
+    /// f.insert("a");
+    /// assert!(f.remove("a"));
+    /// # Ok::<(), bloom_core::BuildError>(())
+    /// ```
+    pub fn build(self) -> Result<CountingBloomFilter, BuildError> {
+        let r = self.resolve()?;
+        Ok(CountingBloomFilter::from_parts(
+            r.layout,
+            r.slots,
+            r.hashes,
+            r.hasher,
+            r.capacity,
+            r.target_fpr,
+            None,
+        ))
     }
 }
 

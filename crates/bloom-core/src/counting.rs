@@ -56,16 +56,38 @@ pub struct CountingBloomFilter {
 impl CountingBloomFilter {
     /// A Blocked counting filter for `expected_items` keys at `false_positive_rate`, with a
     /// random secret hash key.
+    ///
+    /// ```
+    /// use bloom_core::CountingBloomFilter;
+    ///
+    /// let f = CountingBloomFilter::new(1_000, 0.01)?;
+    /// assert_eq!((f.capacity(), f.target_fpr()), (Some(1_000), Some(0.01)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn new(expected_items: u64, false_positive_rate: f64) -> Result<Self, BuildError> {
         Self::builder()
             .expected_items(expected_items)
             .false_positive_rate(false_positive_rate)
-            .build_counting()
+            .build()
     }
 
-    /// The same builder as [`BloomFilter::builder`]; finish with
-    /// [`Builder::build_counting`].
-    pub fn builder() -> Builder {
+    /// Starts configuring a counting filter: the same settings as
+    /// [`BloomFilter::builder`], and [`build`](Builder::build) makes a
+    /// `CountingBloomFilter`.
+    ///
+    /// ```
+    /// use bloom_core::CountingBloomFilter;
+    ///
+    /// let f: CountingBloomFilter = CountingBloomFilter::builder()
+    ///     .expected_items(1_000)
+    ///     .false_positive_rate(0.01)
+    ///     .seed(7)
+    ///     .build()?;
+    /// f.insert("a");
+    /// assert!(f.remove("a"));
+    /// # Ok::<(), bloom_core::BuildError>(())
+    /// ```
+    pub fn builder() -> Builder<CountingBloomFilter> {
         Builder::default()
     }
 
@@ -131,6 +153,15 @@ impl CountingBloomFilter {
     }
 
     /// Adds `key` (once more). Returns `true` if it was not (maybe) present before.
+    ///
+    /// ```
+    /// use bloom_core::CountingBloomFilter;
+    ///
+    /// let f = CountingBloomFilter::new(1_000, 0.01)?;
+    /// assert!(f.insert("a"));
+    /// assert!(!f.insert("a")); // counted twice, but it was already (maybe) present
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn insert<K: Key + ?Sized>(&self, key: &K) -> bool {
         let (slots, len) = self.slots(key);
         let mut added = false;
@@ -148,6 +179,17 @@ impl CountingBloomFilter {
     /// Removing a key that was never inserted but happens to look present (a false positive)
     /// cannot be detected, and takes one count from each of its slots: remove only keys you
     /// inserted.
+    ///
+    /// ```
+    /// use bloom_core::CountingBloomFilter;
+    ///
+    /// let f = CountingBloomFilter::new(1_000, 0.01)?;
+    /// f.insert("a");
+    /// assert!(f.remove("a"));
+    /// assert!(!f.contains("a"));
+    /// assert!(!f.remove("a")); // definitely absent now: refused
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn remove<K: Key + ?Sized>(&self, key: &K) -> bool {
         let (slots, len) = self.slots(key);
         let slots = &slots[..len];
@@ -163,6 +205,15 @@ impl CountingBloomFilter {
     }
 
     /// `false` means `key` is definitely not in the filter.
+    ///
+    /// ```
+    /// use bloom_core::CountingBloomFilter;
+    ///
+    /// let f = CountingBloomFilter::new(1_000, 0.01)?;
+    /// f.insert("a");
+    /// assert!(f.contains("a"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn contains<K: Key + ?Sized>(&self, key: &K) -> bool {
         let mut all = true;
         // Every counter is read, with no early exit: a branch on each loaded counter
@@ -183,6 +234,17 @@ impl CountingBloomFilter {
 
     /// An upper bound on how many times `key` is in the filter: the smallest of its
     /// counters (15 means "15 or more").
+    ///
+    /// ```
+    /// use bloom_core::CountingBloomFilter;
+    ///
+    /// let f = CountingBloomFilter::new(1_000, 0.01)?;
+    /// f.insert("a");
+    /// f.insert("a");
+    /// assert!(f.count_estimate("a") >= 2); // an upper bound
+    /// assert_eq!(f.count_estimate("never inserted, with all but certainty"), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn count_estimate<K: Key + ?Sized>(&self, key: &K) -> u8 {
         let (slots, len) = self.slots(key);
         slots[..len]
@@ -194,6 +256,17 @@ impl CountingBloomFilter {
 
     /// The plain filter with a bit set wherever a counter is non-zero: answers `contains`
     /// exactly as this filter does, at a quarter of the memory and one cache line per lookup.
+    ///
+    /// ```
+    /// use bloom_core::CountingBloomFilter;
+    ///
+    /// let f = CountingBloomFilter::new(1_000, 0.01)?;
+    /// f.insert("a");
+    /// let plain = f.to_bloom();
+    /// assert!(plain.contains("a"));
+    /// assert_eq!(plain.num_bits(), f.num_slots());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn to_bloom(&self) -> BloomFilter {
         let counter_words: Vec<u64> = self.words.iter().map(|w| w.load(Relaxed)).collect();
         let bits = counter_words.chunks(4).map(|four| {
@@ -213,41 +286,109 @@ impl CountingBloomFilter {
     }
 
     /// The number of counters (slots), m.
+    ///
+    /// ```
+    /// use bloom_core::CountingBloomFilter;
+    ///
+    /// let f = CountingBloomFilter::builder().bits(1_000).hashes(3).build()?;
+    /// assert_eq!(f.num_slots(), 1_024); // rounded up to whole 512-slot blocks
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn num_slots(&self) -> u64 {
         self.num_slots
     }
 
     /// The number of hash probes per key, k.
+    ///
+    /// ```
+    /// use bloom_core::CountingBloomFilter;
+    ///
+    /// let f = CountingBloomFilter::builder().bits(1_024).hashes(3).build()?;
+    /// assert_eq!(f.num_hashes(), 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn num_hashes(&self) -> u32 {
         self.num_hashes
     }
 
     /// The layout.
+    ///
+    /// ```
+    /// use bloom_core::{CountingBloomFilter, Layout};
+    ///
+    /// let f = CountingBloomFilter::new(1_000, 0.01)?;
+    /// assert_eq!(f.layout(), Layout::Blocked);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn layout(&self) -> Layout {
         self.layout
     }
 
     /// The number of keys it was sized for, if it was sized by count.
+    ///
+    /// ```
+    /// use bloom_core::CountingBloomFilter;
+    ///
+    /// assert_eq!(CountingBloomFilter::new(1_000, 0.01)?.capacity(), Some(1_000));
+    /// let sized = CountingBloomFilter::builder().bits(1_024).hashes(3).build()?;
+    /// assert_eq!(sized.capacity(), None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn capacity(&self) -> Option<u64> {
         self.capacity
     }
 
-    /// The false-positive rate it was sized for, if it was sized by count.
+    /// The false-positive rate it was sized for: `None` when it was built from an explicit
+    /// size ([`Builder::bits`]) instead of a rate, since such a filter has no target.
+    ///
+    /// ```
+    /// use bloom_core::CountingBloomFilter;
+    ///
+    /// assert_eq!(CountingBloomFilter::new(1_000, 0.01)?.target_fpr(), Some(0.01));
+    /// let sized = CountingBloomFilter::builder().bits(1_024).hashes(3).build()?;
+    /// assert_eq!(sized.target_fpr(), None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn target_fpr(&self) -> Option<f64> {
         self.target_fpr
     }
 
     /// The secret hash key. Never log it.
+    ///
+    /// ```
+    /// use bloom_core::CountingBloomFilter;
+    ///
+    /// let f = CountingBloomFilter::builder().bits(1_024).hashes(3).seed(9).build()?;
+    /// assert_eq!(f.seed(), 9);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn seed(&self) -> u128 {
         self.hasher.seed()
     }
 
     /// Memory held by the counters, in bytes.
+    ///
+    /// ```
+    /// use bloom_core::CountingBloomFilter;
+    ///
+    /// let f = CountingBloomFilter::builder().bits(1_024).hashes(3).build()?;
+    /// assert_eq!(f.size_in_bytes(), 512); // 1,024 counters of 4 bits
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn size_in_bytes(&self) -> usize {
         self.words.len() * 8
     }
 
     /// Counters that are not zero.
+    ///
+    /// ```
+    /// use bloom_core::CountingBloomFilter;
+    ///
+    /// let f = CountingBloomFilter::builder().bits(1_024).hashes(3).build()?;
+    /// f.insert("a");
+    /// assert!((1..=3).contains(&f.count_nonzero()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn count_nonzero(&self) -> u64 {
         self.words
             .iter()
@@ -257,6 +398,17 @@ impl CountingBloomFilter {
 
     /// Counters stuck at 15 (see the type's docs). Many of them mean the filter holds far
     /// more keys, or far more copies of some keys, than it was sized for.
+    ///
+    /// ```
+    /// use bloom_core::CountingBloomFilter;
+    ///
+    /// let f = CountingBloomFilter::builder().bits(512).hashes(1).build()?;
+    /// for _ in 0..20 {
+    ///     f.insert("hot");
+    /// }
+    /// assert_eq!(f.count_saturated(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn count_saturated(&self) -> u64 {
         let mut saturated = 0;
         for w in self.words.iter() {
@@ -269,11 +421,32 @@ impl CountingBloomFilter {
     }
 
     /// The fraction of non-zero counters.
+    ///
+    /// ```
+    /// use bloom_core::CountingBloomFilter;
+    ///
+    /// let f = CountingBloomFilter::new(1_000, 0.01)?;
+    /// assert_eq!(f.fill_ratio(), 0.0);
+    /// f.insert("a");
+    /// assert!(f.fill_ratio() > 0.0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn fill_ratio(&self) -> f64 {
         self.count_nonzero() as f64 / self.num_slots as f64
     }
 
     /// Estimated number of distinct keys present, as [`BloomFilter::estimated_items`].
+    ///
+    /// ```
+    /// use bloom_core::CountingBloomFilter;
+    ///
+    /// let f = CountingBloomFilter::new(1_000, 0.01)?;
+    /// for i in 0..1_000u64 {
+    ///     f.insert(&i);
+    /// }
+    /// assert!((f.estimated_items() - 1_000.0).abs() < 100.0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn estimated_items(&self) -> f64 {
         params::estimate_items(
             self.layout,
@@ -284,16 +457,47 @@ impl CountingBloomFilter {
     }
 
     /// The false-positive rate the current counters imply, as [`BloomFilter::current_fpr`].
+    ///
+    /// ```
+    /// use bloom_core::CountingBloomFilter;
+    ///
+    /// let f = CountingBloomFilter::new(1_000, 0.01)?;
+    /// for i in 0..1_000u64 {
+    ///     f.insert(&i);
+    /// }
+    /// assert!(f.current_fpr() < 0.02);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn current_fpr(&self) -> f64 {
         self.to_bloom().current_fpr()
     }
 
     /// The filter in the file format, kind "counting" (see `docs/FORMAT.md`).
+    ///
+    /// ```
+    /// use bloom_core::CountingBloomFilter;
+    ///
+    /// let f = CountingBloomFilter::new(1_000, 0.01)?;
+    /// f.insert("a");
+    /// let copy = CountingBloomFilter::from_bytes(&f.to_bytes())?;
+    /// assert!(copy.contains("a"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn to_bytes(&self) -> Vec<u8> {
         encode_words(&self.header(), self.words.iter().map(|w| w.load(Relaxed)))
     }
 
     /// Writes [`to_bytes`](Self::to_bytes)'s output to `w`.
+    ///
+    /// ```
+    /// use bloom_core::CountingBloomFilter;
+    ///
+    /// let f = CountingBloomFilter::new(1_000, 0.01)?;
+    /// let mut file = Vec::new();
+    /// f.write_to(&mut file)?;
+    /// assert_eq!(file, f.to_bytes());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn write_to<W: Write + ?Sized>(&self, w: &mut W) -> io::Result<()> {
         write_words(
             w,
@@ -303,12 +507,35 @@ impl CountingBloomFilter {
     }
 
     /// Reads a counting filter from exactly `bytes`.
+    ///
+    /// ```
+    /// use bloom_core::CountingBloomFilter;
+    ///
+    /// let f = CountingBloomFilter::new(1_000, 0.01)?;
+    /// f.insert("a");
+    /// let copy = CountingBloomFilter::from_bytes(&f.to_bytes())?;
+    /// assert!(copy.remove("a"));
+    /// // A plain filter's file is refused: it has no counters.
+    /// let plain = bloom_core::BloomFilter::new(1_000, 0.01)?;
+    /// assert!(CountingBloomFilter::from_bytes(&plain.to_bytes()).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, DecodeError> {
         let (header, words) = decode_words(bytes, Kind::Counting)?;
         Ok(Self::from_header(&header, words))
     }
 
     /// Reads one counting filter from `r`, which must end right after it.
+    ///
+    /// ```
+    /// use bloom_core::CountingBloomFilter;
+    ///
+    /// let f = CountingBloomFilter::new(1_000, 0.01)?;
+    /// let bytes = f.to_bytes();
+    /// let copy = CountingBloomFilter::read_from(&mut bytes.as_slice())?;
+    /// assert_eq!(copy.num_slots(), f.num_slots());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn read_from<R: Read + ?Sized>(r: &mut R) -> Result<Self, DecodeError> {
         let (header, words) = read_words(r, Kind::Counting)?;
         Ok(Self::from_header(&header, words))
@@ -381,7 +608,7 @@ mod tests {
                 .false_positive_rate(0.01)
                 .layout(layout)
                 .seed(5)
-                .build_counting()
+                .build()
                 .unwrap();
             for i in 0..2_000u64 {
                 c.insert(&i);
@@ -403,7 +630,7 @@ mod tests {
             .bits(512)
             .hashes(1)
             .seed(1)
-            .build_counting()
+            .build()
             .unwrap();
         for _ in 0..20 {
             c.insert("hot");

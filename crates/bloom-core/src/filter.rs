@@ -44,6 +44,15 @@ pub struct BloomFilter {
 impl BloomFilter {
     /// A Blocked filter for `expected_items` keys at `false_positive_rate`, with a random
     /// secret hash key.
+    ///
+    /// ```
+    /// use bloom_core::BloomFilter;
+    ///
+    /// let f = BloomFilter::new(1_000_000, 0.01)?;
+    /// assert_eq!((f.capacity(), f.target_fpr()), (Some(1_000_000), Some(0.01)));
+    /// assert!(BloomFilter::new(0, 0.01).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn new(expected_items: u64, false_positive_rate: f64) -> Result<Self, BuildError> {
         Self::builder()
             .expected_items(expected_items)
@@ -52,7 +61,19 @@ impl BloomFilter {
     }
 
     /// Starts configuring a filter.
-    pub fn builder() -> Builder {
+    ///
+    /// ```
+    /// use bloom_core::{BloomFilter, Layout};
+    ///
+    /// let f = BloomFilter::builder()
+    ///     .expected_items(1_000)
+    ///     .false_positive_rate(0.01)
+    ///     .layout(Layout::Classic)
+    ///     .build()?;
+    /// assert_eq!(f.layout(), Layout::Classic);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn builder() -> Builder<BloomFilter> {
         Builder::default()
     }
 
@@ -83,12 +104,30 @@ impl BloomFilter {
 
     /// Adds `key`. Returns `true` if it was not (maybe) present before, i.e. at least one of
     /// its bits was clear.
+    ///
+    /// ```
+    /// use bloom_core::BloomFilter;
+    ///
+    /// let f = BloomFilter::new(1_000, 0.01)?;
+    /// assert!(f.insert("a"));
+    /// assert!(!f.insert("a"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     #[inline]
     pub fn insert<K: Key + ?Sized>(&self, key: &K) -> bool {
         self.insert_hash(self.hasher.hash(key))
     }
 
     /// `false` means `key` was definitely never inserted; `true` means it probably was.
+    ///
+    /// ```
+    /// use bloom_core::BloomFilter;
+    ///
+    /// let f = BloomFilter::new(1_000, 0.01)?;
+    /// f.insert(&42u64);
+    /// assert!(f.contains(&42u64));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     #[inline]
     pub fn contains<K: Key + ?Sized>(&self, key: &K) -> bool {
         self.contains_hash(self.hasher.hash(key))
@@ -96,6 +135,15 @@ impl BloomFilter {
 
     /// Inserts every key. Keys are hashed a window ahead of their insertion and their cache
     /// lines prefetched, so on a filter larger than the CPU cache the memory accesses overlap.
+    ///
+    /// ```
+    /// use bloom_core::BloomFilter;
+    ///
+    /// let f = BloomFilter::new(1_000, 0.01)?;
+    /// f.insert_many(["a", "b", "c"]);
+    /// assert!(f.contains("b"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn insert_many<I>(&self, keys: I)
     where
         I: IntoIterator,
@@ -108,6 +156,17 @@ impl BloomFilter {
     /// [`insert`](Self::insert) would have returned (`true`: it was not present before).
     /// Keys are inserted in order, so a key repeated within the batch is new only the first
     /// time: a de-duplicating pass is `insert_many_with(lines, |new| keep.push(new))`.
+    ///
+    /// ```
+    /// use bloom_core::BloomFilter;
+    ///
+    /// let f = BloomFilter::new(1_000, 0.01)?;
+    /// let lines = ["a", "b", "a"];
+    /// let mut new = Vec::new();
+    /// f.insert_many_with(lines, |was_new| new.push(was_new));
+    /// assert_eq!(new, [true, true, false]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn insert_many_with<I>(&self, keys: I, mut was_new: impl FnMut(bool))
     where
         I: IntoIterator,
@@ -119,6 +178,15 @@ impl BloomFilter {
     /// Looks every key up; the answers are in the keys' order. Prefetches like
     /// [`insert_many`](Self::insert_many), which makes it several times faster than a loop of
     /// [`contains`](Self::contains) on a filter larger than the CPU cache.
+    ///
+    /// ```
+    /// use bloom_core::BloomFilter;
+    ///
+    /// let f = BloomFilter::new(1_000, 0.01)?;
+    /// f.insert_many(0..100u64);
+    /// assert_eq!(f.contains_many([1u64, 2, 99]), [true, true, true]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn contains_many<I>(&self, keys: I) -> Vec<bool>
     where
         I: IntoIterator,
@@ -223,53 +291,140 @@ impl BloomFilter {
     }
 
     /// The number of bits, m.
+    ///
+    /// ```
+    /// use bloom_core::BloomFilter;
+    ///
+    /// let f = BloomFilter::builder().bits(1_000).hashes(3).build()?;
+    /// assert_eq!(f.num_bits(), 1_024); // Blocked: whole 512-bit blocks
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn num_bits(&self) -> u64 {
         self.num_bits
     }
 
     /// The number of hash probes per key, k.
+    ///
+    /// ```
+    /// use bloom_core::BloomFilter;
+    ///
+    /// let f = BloomFilter::builder().bits(1_024).hashes(3).build()?;
+    /// assert_eq!(f.num_hashes(), 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn num_hashes(&self) -> u32 {
         self.num_hashes
     }
 
     /// The layout.
+    ///
+    /// ```
+    /// use bloom_core::{BloomFilter, Layout};
+    ///
+    /// assert_eq!(BloomFilter::new(1_000, 0.01)?.layout(), Layout::Blocked);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn layout(&self) -> Layout {
         self.layout
     }
 
     /// The number of keys the filter was sized for, when it was sized by item count.
+    ///
+    /// ```
+    /// use bloom_core::BloomFilter;
+    ///
+    /// assert_eq!(BloomFilter::new(1_000, 0.01)?.capacity(), Some(1_000));
+    /// let sized = BloomFilter::builder().bits(1_024).hashes(3).build()?;
+    /// assert_eq!(sized.capacity(), None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn capacity(&self) -> Option<u64> {
         self.capacity
     }
 
-    /// The false-positive rate the filter was sized for, when it was sized by rate.
+    /// The false-positive rate the filter was sized for: `None` when it was built from an
+    /// explicit size ([`Builder::bits`] and [`Builder::hashes`]) instead of a rate, since such a
+    /// filter has no target.
+    ///
+    /// ```
+    /// use bloom_core::BloomFilter;
+    ///
+    /// assert_eq!(BloomFilter::new(1_000, 0.01)?.target_fpr(), Some(0.01));
+    /// let sized = BloomFilter::builder().bits(1_024).hashes(3).build()?;
+    /// assert_eq!(sized.target_fpr(), None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn target_fpr(&self) -> Option<f64> {
         self.target_fpr
     }
 
     /// The secret 128-bit hash key. Two filters can be merged only if their keys are equal.
     /// Anyone who has it can craft keys the filter wrongly lets through: do not log it.
+    ///
+    /// ```
+    /// use bloom_core::BloomFilter;
+    ///
+    /// let f = BloomFilter::builder().bits(1_024).hashes(3).seed(9).build()?;
+    /// assert_eq!(f.seed(), 9);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn seed(&self) -> u128 {
         self.hasher.seed()
     }
 
     /// Memory held by the bit array, in bytes.
+    ///
+    /// ```
+    /// use bloom_core::BloomFilter;
+    ///
+    /// let f = BloomFilter::builder().bits(1_024).hashes(3).build()?;
+    /// assert_eq!(f.size_in_bytes(), 128);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn size_in_bytes(&self) -> usize {
         self.bits.len() * 8
     }
 
     /// The number of set bits (an O(m) scan).
+    ///
+    /// ```
+    /// use bloom_core::BloomFilter;
+    ///
+    /// let f = BloomFilter::builder().bits(1_024).hashes(3).build()?;
+    /// assert_eq!(f.count_ones(), 0);
+    /// f.insert("a");
+    /// assert!((1..=3).contains(&f.count_ones()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn count_ones(&self) -> u64 {
         self.bits.iter().map(|w| u64::from(w.count_ones())).sum()
     }
 
     /// The fraction of bits set, in `[0, 1]`.
+    ///
+    /// ```
+    /// use bloom_core::BloomFilter;
+    ///
+    /// let f = BloomFilter::builder().bits(1_024).hashes(3).build()?;
+    /// f.insert("a");
+    /// assert_eq!(f.fill_ratio(), f.count_ones() as f64 / 1_024.0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn fill_ratio(&self) -> f64 {
         self.count_ones() as f64 / self.num_bits as f64
     }
 
     /// Estimated number of distinct keys inserted (Swamidass–Baldi, from the set bits;
     /// within a few percent up to the sized capacity). Infinite when every bit is set.
+    ///
+    /// ```
+    /// use bloom_core::BloomFilter;
+    ///
+    /// let f = BloomFilter::new(1_000, 0.01)?;
+    /// f.insert_many(0..1_000u64);
+    /// assert!((f.estimated_items() - 1_000.0).abs() < 100.0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn estimated_items(&self) -> f64 {
         params::estimate_items(
             self.layout,
@@ -285,6 +440,18 @@ impl BloomFilter {
     ///
     /// Exact for the bits as they are: Classic `(ones/m)^k`; Blocked, the mean over blocks of
     /// `(ones in block / 512)^k`, since a key probes one block chosen uniformly.
+    ///
+    /// ```
+    /// use bloom_core::BloomFilter;
+    ///
+    /// let f = BloomFilter::new(1_000, 0.01)?;
+    /// assert_eq!(f.current_fpr(), 0.0);
+    /// f.insert_many(0..1_000u64);
+    /// assert!(f.current_fpr() < 0.02);
+    /// f.insert_many(1_000..100_000u64); // far past its capacity
+    /// assert!(f.current_fpr() > 0.5);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn current_fpr(&self) -> f64 {
         let k = self.num_hashes as i32;
         match self.layout {
@@ -303,32 +470,55 @@ impl BloomFilter {
 
     /// Checks that `other` has the same size, `k`, layout and hash key, so that the two
     /// can be combined bit by bit.
+    ///
+    /// ```
+    /// use bloom_core::BloomFilter;
+    ///
+    /// let a = BloomFilter::builder().bits(1_024).hashes(3).seed(1).build()?;
+    /// let b = BloomFilter::builder().bits(1_024).hashes(3).seed(1).build()?;
+    /// let c = BloomFilter::builder().bits(1_024).hashes(3).seed(2).build()?;
+    /// assert!(a.check_compatible(&b).is_ok());
+    /// assert_eq!(a.check_compatible(&c), Err(bloom_core::IncompatibleError::HashKey));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn check_compatible(&self, other: &BloomFilter) -> Result<(), IncompatibleError> {
         let mismatch = if self.num_bits != other.num_bits {
-            Mismatch::Bits {
+            IncompatibleError::Bits {
                 ours: self.num_bits,
                 theirs: other.num_bits,
             }
         } else if self.num_hashes != other.num_hashes {
-            Mismatch::Hashes {
+            IncompatibleError::Hashes {
                 ours: self.num_hashes,
                 theirs: other.num_hashes,
             }
         } else if self.layout != other.layout {
-            Mismatch::Layout {
+            IncompatibleError::Layout {
                 ours: self.layout,
                 theirs: other.layout,
             }
         } else if self.hasher.seed() != other.hasher.seed() {
-            Mismatch::HashKey
+            IncompatibleError::HashKey
         } else {
             return Ok(());
         };
-        Err(IncompatibleError { mismatch })
+        Err(mismatch)
     }
 
     /// Adds every key of `other` (bitwise OR). Afterwards `self` answers "maybe" for every
     /// key inserted into either.
+    ///
+    /// ```
+    /// use bloom_core::BloomFilter;
+    ///
+    /// let a = BloomFilter::builder().bits(1_024).hashes(3).seed(1).build()?;
+    /// let b = BloomFilter::builder().bits(1_024).hashes(3).seed(1).build()?;
+    /// a.insert("x");
+    /// b.insert("y");
+    /// a.union(&b)?;
+    /// assert!(a.contains("x") && a.contains("y"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn union(&self, other: &BloomFilter) -> Result<(), IncompatibleError> {
         self.check_compatible(other)?;
         for (i, w) in other.bits.iter().enumerate() {
@@ -339,6 +529,18 @@ impl BloomFilter {
 
     /// Keeps only bits set in both (bitwise AND): answers "maybe" for keys in both filters
     /// (and, as with any Bloom filter, some that are not).
+    ///
+    /// ```
+    /// use bloom_core::BloomFilter;
+    ///
+    /// let a = BloomFilter::builder().bits(1_024).hashes(3).seed(1).build()?;
+    /// let b = BloomFilter::builder().bits(1_024).hashes(3).seed(1).build()?;
+    /// a.insert("both");
+    /// b.insert("both");
+    /// a.intersect(&b)?;
+    /// assert!(a.contains("both"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn intersect(&self, other: &BloomFilter) -> Result<(), IncompatibleError> {
         self.check_compatible(other)?;
         for (i, w) in other.bits.iter().enumerate() {
@@ -349,6 +551,16 @@ impl BloomFilter {
 
     /// Clears every bit. Inserts racing with `clear` may be lost: clear only a filter
     /// nobody is inserting into.
+    ///
+    /// ```
+    /// use bloom_core::BloomFilter;
+    ///
+    /// let f = BloomFilter::new(1_000, 0.01)?;
+    /// f.insert("a");
+    /// f.clear();
+    /// assert_eq!(f.count_ones(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn clear(&self) {
         self.bits.clear();
     }
@@ -359,11 +571,28 @@ impl BloomFilter {
     ///
     /// With [`union_words`](Self::union_words) this lets filters be synchronised in pieces
     /// (say, over a network) instead of whole, as [`union`](Self::union) does.
+    ///
+    /// ```
+    /// use bloom_core::BloomFilter;
+    ///
+    /// let f = BloomFilter::builder().bits(1_024).hashes(3).build()?;
+    /// let words: Vec<u64> = f.words().collect();
+    /// assert_eq!(words.len(), f.num_words());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn words(&self) -> impl ExactSizeIterator<Item = u64> + '_ {
         self.bits.iter()
     }
 
     /// The number of 64-bit words in the bit array: `num_bits / 64` rounded up.
+    ///
+    /// ```
+    /// use bloom_core::BloomFilter;
+    ///
+    /// let f = BloomFilter::builder().bits(1_000).hashes(3).layout(bloom_core::Layout::Classic).build()?;
+    /// assert_eq!(f.num_words(), 16); // 1,000 bits in 64-bit words
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn num_words(&self) -> usize {
         self.bits.len()
     }
@@ -377,6 +606,18 @@ impl BloomFilter {
     /// # Panics
     ///
     /// If `first_word + words.len()` exceeds [`num_words`](Self::num_words).
+    ///
+    /// ```
+    /// use bloom_core::BloomFilter;
+    ///
+    /// let a = BloomFilter::builder().bits(1_024).hashes(3).seed(1).build()?;
+    /// let b = BloomFilter::builder().bits(1_024).hashes(3).seed(1).build()?;
+    /// a.insert("x");
+    /// let words: Vec<u64> = a.words().collect();
+    /// assert!(b.union_words(0, &words[..8]) | b.union_words(8, &words[8..]));
+    /// assert!(b.contains("x"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn union_words(&self, first_word: usize, words: &[u64]) -> bool {
         let end = first_word.checked_add(words.len());
         assert!(
@@ -398,6 +639,18 @@ impl BloomFilter {
     /// order (an index may repeat). They are the bits [`insert`](Self::insert) sets, so
     /// setting them elsewhere (e.g. in a copy of the filter on another machine) inserts the
     /// key there.
+    ///
+    /// ```
+    /// use bloom_core::BloomFilter;
+    ///
+    /// let f = BloomFilter::builder().bits(1_024).hashes(3).build()?;
+    /// let mut bits = Vec::new();
+    /// f.for_each_bit("a", |bit| bits.push(bit));
+    /// assert_eq!(bits.len(), 3);
+    /// f.insert("a");
+    /// assert!(bits.iter().all(|&bit| f.words().nth((bit / 64) as usize).unwrap() >> (bit % 64) & 1 == 1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn for_each_bit<K: Key + ?Sized>(&self, key: &K, mut visit: impl FnMut(u64)) {
         let h = self.hasher.hash(key);
         match self.layout {
@@ -441,25 +694,24 @@ impl fmt::Debug for BloomFilter {
     }
 }
 
-/// Two filters cannot be combined bit by bit: [`IncompatibleError::mismatch`] says why.
+/// Why two filters cannot be combined bit by bit: the first parameter that differs.
+///
+/// ```
+/// use bloom_core::{BloomFilter, IncompatibleError};
+///
+/// let a = BloomFilter::builder().bits(1_024).hashes(3).seed(1).build()?;
+/// let b = BloomFilter::builder().bits(1_024).hashes(4).seed(1).build()?;
+/// assert_eq!(
+///     a.union(&b),
+///     Err(IncompatibleError::Hashes { ours: 3, theirs: 4 })
+/// );
+/// # Ok::<(), bloom_core::BuildError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("filters are incompatible: {mismatch}")]
-pub struct IncompatibleError {
-    mismatch: Mismatch,
-}
-
-impl IncompatibleError {
-    /// The first parameter that differs.
-    pub fn mismatch(&self) -> &Mismatch {
-        &self.mismatch
-    }
-}
-
-/// Which parameter differs between two filters.
-#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Mismatch {
+pub enum IncompatibleError {
     /// Different number of bits.
+    #[error("filters are incompatible: number of bits differs ({ours} vs {theirs})")]
     Bits {
         /// This filter's m.
         ours: u64,
@@ -467,6 +719,7 @@ pub enum Mismatch {
         theirs: u64,
     },
     /// Different number of hashes.
+    #[error("filters are incompatible: number of hashes differs ({ours} vs {theirs})")]
     Hashes {
         /// This filter's k.
         ours: u32,
@@ -474,6 +727,7 @@ pub enum Mismatch {
         theirs: u32,
     },
     /// Different layouts.
+    #[error("filters are incompatible: layout differs ({ours} vs {theirs})")]
     Layout {
         /// This filter's layout.
         ours: Layout,
@@ -481,22 +735,8 @@ pub enum Mismatch {
         theirs: Layout,
     },
     /// Different hash keys (seeds); the keys themselves are secret and not shown.
+    #[error("filters are incompatible: hash keys (seeds) differ")]
     HashKey,
-}
-
-impl fmt::Display for Mismatch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Mismatch::Bits { ours, theirs } => {
-                write!(f, "number of bits differs ({ours} vs {theirs})")
-            }
-            Mismatch::Hashes { ours, theirs } => {
-                write!(f, "number of hashes differs ({ours} vs {theirs})")
-            }
-            Mismatch::Layout { ours, theirs } => write!(f, "layout differs ({ours} vs {theirs})"),
-            Mismatch::HashKey => f.write_str("hash keys (seeds) differ"),
-        }
-    }
 }
 
 #[cfg(test)]

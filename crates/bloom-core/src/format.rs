@@ -122,8 +122,8 @@ pub enum DecodeError {
         /// CRC-32C computed over the content.
         computed: u32,
     },
-    /// Reading failed.
-    #[error("read failed: {0}")]
+    /// Reading failed; the I/O error is the [`source`](std::error::Error::source).
+    #[error("read failed")]
     Io(#[from] io::Error),
 }
 
@@ -401,16 +401,48 @@ pub(crate) fn read_words<R: Read + ?Sized>(
 impl BloomFilter {
     /// The filter in the file format (see `docs/FORMAT.md`). It contains the secret hash
     /// key: store it like a credential.
+    ///
+    /// ```
+    /// use bloom_core::BloomFilter;
+    ///
+    /// let f = BloomFilter::new(1_000, 0.01)?;
+    /// f.insert("a");
+    /// let copy = BloomFilter::from_bytes(&f.to_bytes())?;
+    /// assert!(copy.contains("a"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn to_bytes(&self) -> Vec<u8> {
         encode_words(&Header::of(self), self.words())
     }
 
     /// Writes [`to_bytes`](Self::to_bytes)'s output to `w` without building it in memory.
+    ///
+    /// ```
+    /// use bloom_core::BloomFilter;
+    ///
+    /// let f = BloomFilter::new(1_000, 0.01)?;
+    /// let mut file = Vec::new();
+    /// f.write_to(&mut file)?;
+    /// assert_eq!(file, f.to_bytes());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn write_to<W: Write + ?Sized>(&self, w: &mut W) -> io::Result<()> {
         write_words(w, &Header::of(self), self.words())
     }
 
     /// Reads a filter from exactly `bytes`; any defect is a distinct [`DecodeError`].
+    ///
+    /// ```
+    /// use bloom_core::{BloomFilter, DecodeError};
+    ///
+    /// let bytes = BloomFilter::new(1_000, 0.01)?.to_bytes();
+    /// assert!(BloomFilter::from_bytes(&bytes).is_ok());
+    /// assert!(matches!(
+    ///     BloomFilter::from_bytes(&bytes[..100]),
+    ///     Err(DecodeError::Truncated { .. })
+    /// ));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, DecodeError> {
         let (header, words) = decode_words(bytes, Kind::Bits)?;
         Ok(Self::from_header(&header, words))
@@ -419,6 +451,18 @@ impl BloomFilter {
     /// Reads one filter from `r`, which must hold exactly one filter: bytes after it are an
     /// error ([`DecodeError::TrailingBytes`]). Memory grows only as data arrives, so a
     /// header that claims a huge filter cannot make it allocate more than the input backs.
+    ///
+    /// ```
+    /// use bloom_core::BloomFilter;
+    ///
+    /// let f = BloomFilter::new(1_000, 0.01)?;
+    /// let mut bytes = f.to_bytes();
+    /// let copy = BloomFilter::read_from(&mut bytes.as_slice())?;
+    /// assert_eq!(copy.num_bits(), f.num_bits());
+    /// bytes.push(0);
+    /// assert!(BloomFilter::read_from(&mut bytes.as_slice()).is_err()); // trailing byte
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn read_from<R: Read + ?Sized>(r: &mut R) -> Result<Self, DecodeError> {
         let (header, words) = read_words(r, Kind::Bits)?;
         Ok(Self::from_header(&header, words))

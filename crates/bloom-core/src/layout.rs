@@ -45,10 +45,27 @@ impl fmt::Display for Layout {
     }
 }
 
-/// The error of parsing a [`Layout`] from text.
+/// Why text is not a [`Layout`].
+///
+/// ```
+/// use bloom_core::{Layout, ParseLayoutError};
+///
+/// assert_eq!("classic".parse::<Layout>(), Ok(Layout::Classic));
+/// assert_eq!(
+///     "fast".parse::<Layout>(),
+///     Err(ParseLayoutError::Unknown { found: "fast".into() })
+/// );
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown layout {0:?}: expected \"blocked\" or \"classic\"")]
-pub struct ParseLayoutError(String);
+#[non_exhaustive]
+pub enum ParseLayoutError {
+    /// Neither `blocked` nor `classic` (in any case).
+    #[error("unknown layout {found:?}: expected \"blocked\" or \"classic\"")]
+    Unknown {
+        /// The text given.
+        found: String,
+    },
+}
 
 impl FromStr for Layout {
     type Err = ParseLayoutError;
@@ -57,7 +74,9 @@ impl FromStr for Layout {
         match s.to_ascii_lowercase().as_str() {
             "blocked" => Ok(Layout::Blocked),
             "classic" => Ok(Layout::Classic),
-            _ => Err(ParseLayoutError(s.to_owned())),
+            _ => Err(ParseLayoutError::Unknown {
+                found: s.to_owned(),
+            }),
         }
     }
 }

@@ -17,7 +17,7 @@ mod sync;
 pub use any::AnyFilter;
 pub use builder::{BuildError, Builder};
 pub use counting::CountingBloomFilter;
-pub use filter::{BloomFilter, IncompatibleError, Mismatch};
+pub use filter::{BloomFilter, IncompatibleError};
 pub use format::{DecodeError, FORMAT_VERSION, MAGIC};
 pub use key::Key;
 pub use layout::{Layout, ParseLayoutError};

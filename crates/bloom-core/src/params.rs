@@ -132,6 +132,16 @@ pub fn optimal_blocked(n: u64, p: f64) -> Result<Params, BuildError> {
 }
 
 /// [`optimal`] for Classic, [`optimal_blocked`] for Blocked.
+///
+/// ```
+/// use bloom_core::{Layout, params};
+///
+/// let classic = params::for_layout(Layout::Classic, 100_000, 0.01)?;
+/// assert_eq!(classic, params::optimal(100_000, 0.01)?);
+/// let blocked = params::for_layout(Layout::Blocked, 100_000, 0.01)?;
+/// assert!(blocked.bits > classic.bits && blocked.bits % 512 == 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn for_layout(layout: Layout, n: u64, p: f64) -> Result<Params, BuildError> {
     match layout {
         Layout::Classic => optimal(n, p),
@@ -141,6 +151,16 @@ pub fn for_layout(layout: Layout, n: u64, p: f64) -> Result<Params, BuildError> 
 
 /// The false-positive rate a filter of `bits` and `hashes` in `layout` is expected to have
 /// after `items` distinct insertions.
+///
+/// ```
+/// use bloom_core::{Layout, params};
+///
+/// let p = params::optimal(100_000, 0.01)?;
+/// let fpr = params::expected_fpr(Layout::Classic, p.bits, p.hashes, 100_000.0);
+/// assert!((fpr - 0.01).abs() < 0.001);
+/// assert_eq!(params::expected_fpr(Layout::Classic, p.bits, p.hashes, 0.0), 0.0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn expected_fpr(layout: Layout, bits: u64, hashes: u32, items: f64) -> f64 {
     if items.is_nan() {
         return f64::NAN;

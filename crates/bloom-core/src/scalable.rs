@@ -121,6 +121,14 @@ pub struct ScalableBuilder {
 
 impl ScalableBuilder {
     /// How much larger each stage is than the one before; 2 by default, at least 1.
+    ///
+    /// ```
+    /// use bloom_core::ScalableBloomFilter;
+    ///
+    /// let f = ScalableBloomFilter::builder(1_000, 0.01).growth_factor(4.0).build()?;
+    /// assert_eq!(f.growth_factor(), 4.0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn growth_factor(mut self, growth: f64) -> Self {
         self.config.growth = growth;
         self
@@ -128,24 +136,57 @@ impl ScalableBuilder {
 
     /// How much stricter each stage's false-positive rate is than the one before; 0.5 by
     /// default, strictly between 0 and 1. Smaller means fewer bits in late stages' favour.
+    ///
+    /// ```
+    /// use bloom_core::ScalableBloomFilter;
+    ///
+    /// let f = ScalableBloomFilter::builder(1_000, 0.01).tightening_ratio(0.8).build()?;
+    /// assert_eq!(f.tightening_ratio(), 0.8);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn tightening_ratio(mut self, ratio: f64) -> Self {
         self.config.tightening = ratio;
         self
     }
 
     /// The layout of every stage; Blocked by default.
+    ///
+    /// ```
+    /// use bloom_core::{Layout, ScalableBloomFilter};
+    ///
+    /// let f = ScalableBloomFilter::builder(1_000, 0.01).layout(Layout::Classic).build()?;
+    /// assert_eq!(f.layout(), Layout::Classic);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn layout(mut self, layout: Layout) -> Self {
         self.config.layout = layout;
         self
     }
 
     /// A fixed hash key shared by every stage (see [`crate::Builder::seed`]).
+    ///
+    /// ```
+    /// use bloom_core::ScalableBloomFilter;
+    ///
+    /// let f = ScalableBloomFilter::builder(1_000, 0.01).seed(7).build()?;
+    /// assert_eq!(f.seed(), 7);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn seed(mut self, seed: u128) -> Self {
         self.seed = Some(seed);
         self
     }
 
     /// Builds the filter with its first stage.
+    ///
+    /// ```
+    /// use bloom_core::ScalableBloomFilter;
+    ///
+    /// let f = ScalableBloomFilter::builder(1_000, 0.01).build()?;
+    /// assert_eq!(f.num_stages(), 1);
+    /// assert!(ScalableBloomFilter::builder(1_000, 0.01).growth_factor(0.5).build().is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn build(self) -> Result<ScalableBloomFilter, BuildError> {
         let c = self.config;
         crate::params::check_items_and_rate(c.initial_capacity, c.fpr)?;
@@ -171,11 +212,27 @@ impl ScalableBuilder {
 impl ScalableBloomFilter {
     /// Starts at `initial_capacity` keys, keeps the compound false-positive rate ≤ `p`, and
     /// grows ×2 with tightening 0.5, with a random secret hash key.
+    ///
+    /// ```
+    /// use bloom_core::ScalableBloomFilter;
+    ///
+    /// let f = ScalableBloomFilter::new(1_000, 0.01)?;
+    /// assert_eq!((f.initial_capacity(), f.target_fpr()), (1_000, Some(0.01)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn new(initial_capacity: u64, false_positive_rate: f64) -> Result<Self, BuildError> {
         Self::builder(initial_capacity, false_positive_rate).build()
     }
 
     /// Starts configuring a scalable filter.
+    ///
+    /// ```
+    /// use bloom_core::ScalableBloomFilter;
+    ///
+    /// let f = ScalableBloomFilter::builder(1_000, 0.01).growth_factor(4.0).seed(7).build()?;
+    /// assert_eq!(f.growth_factor(), 4.0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn builder(initial_capacity: u64, false_positive_rate: f64) -> ScalableBuilder {
         ScalableBuilder {
             config: Config {
@@ -199,6 +256,15 @@ impl ScalableBloomFilter {
     }
 
     /// Adds `key`. Returns `true` if it was not (maybe) present in any stage.
+    ///
+    /// ```
+    /// use bloom_core::ScalableBloomFilter;
+    ///
+    /// let f = ScalableBloomFilter::new(1_000, 0.01)?;
+    /// assert!(f.insert("a"));
+    /// assert!(!f.insert("a"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn insert<K: Key + ?Sized>(&self, key: &K) -> bool {
         let h = self.hasher.hash(key);
         let stages = self.stages.load();
@@ -216,6 +282,15 @@ impl ScalableBloomFilter {
     }
 
     /// `false` means `key` was definitely never inserted.
+    ///
+    /// ```
+    /// use bloom_core::ScalableBloomFilter;
+    ///
+    /// let f = ScalableBloomFilter::new(1_000, 0.01)?;
+    /// f.insert("a");
+    /// assert!(f.contains("a"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn contains<K: Key + ?Sized>(&self, key: &K) -> bool {
         let h = self.hasher.hash(key);
         // Newest first: it is the largest and holds the most keys.
@@ -246,12 +321,34 @@ impl ScalableBloomFilter {
     }
 
     /// Number of stages so far.
+    ///
+    /// ```
+    /// use bloom_core::ScalableBloomFilter;
+    ///
+    /// let f = ScalableBloomFilter::new(1_000, 0.01)?;
+    /// assert_eq!(f.num_stages(), 1);
+    /// for i in 0..5_000u64 {
+    ///     f.insert(&i);
+    /// }
+    /// assert!(f.num_stages() > 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn num_stages(&self) -> usize {
         self.stages.load().len()
     }
 
     /// Keys inserted that were new (an estimate: keys that collided with a false positive
     /// are not counted).
+    ///
+    /// ```
+    /// use bloom_core::ScalableBloomFilter;
+    ///
+    /// let f = ScalableBloomFilter::new(1_000, 0.01)?;
+    /// f.insert("a");
+    /// f.insert("a");
+    /// assert_eq!(f.len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn len(&self) -> u64 {
         self.stages
             .load()
@@ -261,46 +358,128 @@ impl ScalableBloomFilter {
     }
 
     /// `true` before the first insert.
+    ///
+    /// ```
+    /// use bloom_core::ScalableBloomFilter;
+    ///
+    /// let f = ScalableBloomFilter::new(1_000, 0.01)?;
+    /// assert!(f.is_empty());
+    /// f.insert("a");
+    /// assert!(!f.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// The compound false-positive rate the filter was configured for.
-    pub fn target_fpr(&self) -> f64 {
-        self.config.fpr
+    /// The compound false-positive rate the filter was configured for. Always `Some`: a
+    /// scalable filter is always sized by rate. It is an `Option` to match
+    /// [`BloomFilter::target_fpr`] and [`CountingBloomFilter::target_fpr`](crate::CountingBloomFilter::target_fpr),
+    /// which have no target when built from an explicit size.
+    ///
+    /// ```
+    /// use bloom_core::ScalableBloomFilter;
+    ///
+    /// let f = ScalableBloomFilter::new(1_000, 0.01)?;
+    /// assert_eq!(f.target_fpr(), Some(0.01));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn target_fpr(&self) -> Option<f64> {
+        Some(self.config.fpr)
     }
 
     /// The layout of every stage.
+    ///
+    /// ```
+    /// use bloom_core::{Layout, ScalableBloomFilter};
+    ///
+    /// assert_eq!(ScalableBloomFilter::new(1_000, 0.01)?.layout(), Layout::Blocked);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn layout(&self) -> Layout {
         self.config.layout
     }
 
     /// The secret hash key shared by all stages (see [`BloomFilter::seed`]).
+    ///
+    /// ```
+    /// use bloom_core::ScalableBloomFilter;
+    ///
+    /// let f = ScalableBloomFilter::builder(1_000, 0.01).seed(7).build()?;
+    /// assert_eq!(f.seed(), 7);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn seed(&self) -> u128 {
         self.hasher.seed()
     }
 
     /// The first stage's capacity.
+    ///
+    /// ```
+    /// use bloom_core::ScalableBloomFilter;
+    ///
+    /// let f = ScalableBloomFilter::new(1_000, 0.01)?;
+    /// assert_eq!(f.initial_capacity(), 1_000);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn initial_capacity(&self) -> u64 {
         self.config.initial_capacity
     }
 
     /// How much larger each stage is than the one before.
+    ///
+    /// ```
+    /// use bloom_core::ScalableBloomFilter;
+    ///
+    /// let f = ScalableBloomFilter::new(1_000, 0.01)?;
+    /// assert_eq!(f.growth_factor(), 2.0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn growth_factor(&self) -> f64 {
         self.config.growth
     }
 
     /// How much stricter each stage's false-positive rate is than the one before.
+    ///
+    /// ```
+    /// use bloom_core::ScalableBloomFilter;
+    ///
+    /// let f = ScalableBloomFilter::new(1_000, 0.01)?;
+    /// assert_eq!(f.tightening_ratio(), 0.5);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn tightening_ratio(&self) -> f64 {
         self.config.tightening
     }
 
     /// Bits over every stage (no scan).
+    ///
+    /// ```
+    /// use bloom_core::ScalableBloomFilter;
+    ///
+    /// let f = ScalableBloomFilter::new(1_000, 0.01)?;
+    /// let first = f.num_bits();
+    /// for i in 0..5_000u64 {
+    ///     f.insert(&i);
+    /// }
+    /// assert!(f.num_bits() > first);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn num_bits(&self) -> u64 {
         self.stages.load().iter().map(|s| s.filter.num_bits()).sum()
     }
 
     /// Bits set over every stage (one scan).
+    ///
+    /// ```
+    /// use bloom_core::ScalableBloomFilter;
+    ///
+    /// let f = ScalableBloomFilter::new(1_000, 0.01)?;
+    /// assert_eq!(f.count_ones(), 0);
+    /// f.insert("a");
+    /// assert!(f.count_ones() > 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn count_ones(&self) -> u64 {
         self.stages
             .load()
@@ -310,6 +489,14 @@ impl ScalableBloomFilter {
     }
 
     /// Memory held by every stage's bits, in bytes.
+    ///
+    /// ```
+    /// use bloom_core::ScalableBloomFilter;
+    ///
+    /// let f = ScalableBloomFilter::new(1_000, 0.01)?;
+    /// assert_eq!(f.size_in_bytes() as u64 * 8, f.num_bits());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn size_in_bytes(&self) -> usize {
         self.stages
             .load()
@@ -320,6 +507,17 @@ impl ScalableBloomFilter {
 
     /// Estimated number of distinct keys (sum over stages of
     /// [`BloomFilter::estimated_items`]).
+    ///
+    /// ```
+    /// use bloom_core::ScalableBloomFilter;
+    ///
+    /// let f = ScalableBloomFilter::new(1_000, 0.01)?;
+    /// for i in 0..5_000u64 {
+    ///     f.insert(&i);
+    /// }
+    /// assert!((f.estimated_items() - 5_000.0).abs() < 500.0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn estimated_items(&self) -> f64 {
         self.stages
             .load()
@@ -329,6 +527,17 @@ impl ScalableBloomFilter {
     }
 
     /// The compound false-positive rate the stages' bits imply now: `1 − Π(1 − fprᵢ)`.
+    ///
+    /// ```
+    /// use bloom_core::ScalableBloomFilter;
+    ///
+    /// let f = ScalableBloomFilter::new(1_000, 0.01)?;
+    /// for i in 0..20_000u64 {
+    ///     f.insert(&i);
+    /// }
+    /// assert!(f.current_fpr() <= 0.01);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn current_fpr(&self) -> f64 {
         1.0 - self
             .stages
@@ -339,6 +548,19 @@ impl ScalableBloomFilter {
     }
 
     /// Figures for each stage, oldest first.
+    ///
+    /// ```
+    /// use bloom_core::ScalableBloomFilter;
+    ///
+    /// let f = ScalableBloomFilter::new(1_000, 0.01)?;
+    /// for i in 0..1_500u64 {
+    ///     f.insert(&i);
+    /// }
+    /// let stages = f.stage_stats();
+    /// assert_eq!(stages[0].capacity, 1_000);
+    /// assert_eq!(stages[1].capacity, 2_000);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn stage_stats(&self) -> Vec<StageStats> {
         self.stages
             .load()
@@ -364,6 +586,16 @@ impl ScalableBloomFilter {
     /// threads claiming the same clear bit) can push the count past that, and such a count
     /// is known to be an overcount. [`from_bytes`](Self::from_bytes) refuses a count above
     /// the bits, so what this writes always reads back.
+    ///
+    /// ```
+    /// use bloom_core::ScalableBloomFilter;
+    ///
+    /// let f = ScalableBloomFilter::new(1_000, 0.01)?;
+    /// f.insert("a");
+    /// let copy = ScalableBloomFilter::from_bytes(&f.to_bytes())?;
+    /// assert!(copy.contains("a"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn to_bytes(&self) -> Vec<u8> {
         let stages = self.stages.load();
         let c = &self.config;
@@ -391,12 +623,32 @@ impl ScalableBloomFilter {
     }
 
     /// Writes [`to_bytes`](Self::to_bytes)'s output to `w`.
+    ///
+    /// ```
+    /// use bloom_core::ScalableBloomFilter;
+    ///
+    /// let f = ScalableBloomFilter::new(1_000, 0.01)?;
+    /// let mut file = Vec::new();
+    /// f.write_to(&mut file)?;
+    /// assert_eq!(file, f.to_bytes());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn write_to<W: Write + ?Sized>(&self, w: &mut W) -> io::Result<()> {
         w.write_all(&self.to_bytes())
     }
 
     /// Reads one scalable filter from `r`, which must end right after it. The input is read
     /// as it arrives, so memory never exceeds what the input holds.
+    ///
+    /// ```
+    /// use bloom_core::ScalableBloomFilter;
+    ///
+    /// let f = ScalableBloomFilter::new(1_000, 0.01)?;
+    /// let bytes = f.to_bytes();
+    /// let copy = ScalableBloomFilter::read_from(&mut bytes.as_slice())?;
+    /// assert_eq!(copy.num_stages(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn read_from<R: Read + ?Sized>(r: &mut R) -> Result<Self, DecodeError> {
         let mut bytes = Vec::new();
         r.read_to_end(&mut bytes)?;
@@ -418,6 +670,19 @@ impl ScalableBloomFilter {
     ///   keys past its capacity when no further stage can be added ([`MAX_STAGES`], or a
     ///   stage too large to build);
     /// * the counts add up to a `u64` ([`len`](Self::len) never overflows).
+    ///
+    /// ```
+    /// use bloom_core::ScalableBloomFilter;
+    ///
+    /// let f = ScalableBloomFilter::new(1_000, 0.01)?;
+    /// f.insert("a");
+    /// let copy = ScalableBloomFilter::from_bytes(&f.to_bytes())?;
+    /// assert_eq!(copy.len(), 1);
+    /// // A plain filter's file is refused.
+    /// let plain = bloom_core::BloomFilter::new(1_000, 0.01)?;
+    /// assert!(ScalableBloomFilter::from_bytes(&plain.to_bytes()).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, DecodeError> {
         let magic_len = bytes.len().min(MAGIC.len());
         if bytes[..magic_len] != MAGIC[..magic_len] {

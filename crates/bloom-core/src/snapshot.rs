@@ -278,7 +278,7 @@ mod tests {
                 .expected_items(100)
                 .false_positive_rate(0.01)
                 .seed(9)
-                .build_counting()
+                .build()
                 .unwrap(),
         );
         filter.insert(&5u64);

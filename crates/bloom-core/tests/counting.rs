@@ -14,7 +14,7 @@ fn counting(n: u64, p: f64, layout: Layout, seed: u128) -> CountingBloomFilter {
         .false_positive_rate(p)
         .layout(layout)
         .seed(seed)
-        .build_counting()
+        .build()
         .unwrap()
 }
 
@@ -223,4 +223,44 @@ fn counting_files_round_trip_and_are_not_read_as_plain_filters() {
 fn memory_is_four_times_the_plain_filter() {
     let c = counting(100_000, 0.01, Layout::Blocked, 1);
     assert_eq!(c.size_in_bytes(), 4 * c.to_bloom().size_in_bytes());
+}
+
+/// `CountingBloomFilter::builder().build()` makes a counting filter, not a plain one: what
+/// it builds can remove keys, and holds counters (4 bits a slot) where a plain filter of the
+/// same settings holds bits. Written without naming the built type, so it also compiles
+/// against a builder that builds the wrong kind, and fails at run time.
+#[test]
+fn the_counting_builder_builds_a_counting_filter() {
+    let settings = |seed| {
+        CountingBloomFilter::builder()
+            .expected_items(1_000)
+            .false_positive_rate(0.01)
+            .seed(seed)
+    };
+    let any = bloom_core::AnyFilter::from(settings(3).build().unwrap());
+    assert_eq!(any.kind(), "counting");
+    assert!(any.as_counting().is_some());
+    any.insert("alice");
+    assert_eq!(any.remove("alice"), Some(true));
+    assert!(!any.contains("alice"));
+
+    let plain = bloom_core::BloomFilter::builder()
+        .expected_items(1_000)
+        .false_positive_rate(0.01)
+        .seed(3)
+        .build()
+        .unwrap();
+    let built = bloom_core::AnyFilter::from(settings(3).build().unwrap());
+    assert_eq!(built.size_in_bytes(), 4 * plain.size_in_bytes());
+    // Explicit sizes too.
+    let sized = bloom_core::AnyFilter::from(
+        CountingBloomFilter::builder()
+            .bits(512)
+            .hashes(2)
+            .seed(1)
+            .build()
+            .unwrap(),
+    );
+    assert_eq!(sized.kind(), "counting");
+    assert_eq!(sized.target_fpr(), None);
 }

@@ -14,7 +14,7 @@ fn tiny() -> CountingBloomFilter {
         .bits(512)
         .hashes(2)
         .seed(1)
-        .build_counting()
+        .build()
         .unwrap()
 }
 

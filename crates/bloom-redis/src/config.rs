@@ -93,6 +93,14 @@ impl RedisSyncBuilder {
     /// How often every instance publishes a heartbeat (default 100 ms). A heartbeat follows
     /// every insert the instance published before it, so receiving one proves the receiver
     /// has those inserts.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use bloom_redis::RedisSync;
+    ///
+    /// let builder = RedisSync::builder("redis://127.0.0.1/").heartbeat(Duration::from_millis(50));
+    /// # let _ = builder;
+    /// ```
     pub fn heartbeat(mut self, interval: Duration) -> Self {
         self.heartbeat = interval;
         self
@@ -101,6 +109,15 @@ impl RedisSyncBuilder {
     /// How long without a heartbeat from some instance (itself included) before this
     /// instance's view counts as stale (default 1 s): the bound on how long a key created
     /// elsewhere can be answered "absent" here while pub/sub is stalled.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use bloom_redis::RedisSync;
+    ///
+    /// let builder = RedisSync::builder("redis://127.0.0.1/").heartbeat(Duration::from_millis(50))
+    ///     .stale_after(Duration::from_millis(400));
+    /// # let _ = builder;
+    /// ```
     pub fn stale_after(mut self, bound: Duration) -> Self {
         self.stale_after = bound;
         self
@@ -110,6 +127,14 @@ impl RedisSyncBuilder {
     /// cut off from Redis) is waited for before it is presumed gone (default 30 s). Keys it
     /// created while cut off are answered "absent" by the others after that, until it
     /// reconnects (its reconciliation pushes them) or the next rebuild.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use bloom_redis::RedisSync;
+    ///
+    /// let builder = RedisSync::builder("redis://127.0.0.1/").member_timeout(Duration::from_secs(60));
+    /// # let _ = builder;
+    /// ```
     pub fn member_timeout(mut self, timeout: Duration) -> Self {
         self.member_timeout = timeout;
         self
@@ -117,6 +142,15 @@ impl RedisSyncBuilder {
 
     /// What a would-be rejection does while the view is stale (default
     /// [`StalePolicy::LetThrough`]).
+    ///
+    /// ```
+    /// use bloom_redis::{RedisSync, StalePolicy};
+    ///
+    /// // At most 100 would-be rejections a second reach the database while stale.
+    /// let builder = RedisSync::builder("redis://127.0.0.1/")
+    ///     .on_stale(StalePolicy::LetThroughUpTo { per_second: 100 });
+    /// # let _ = builder;
+    /// ```
     pub fn on_stale(mut self, policy: StalePolicy) -> Self {
         self.on_stale = policy;
         self
@@ -125,6 +159,14 @@ impl RedisSyncBuilder {
     /// How long [`RedisSync::propagated`] waits for this instance's inserts to be in Redis and
     /// published (default `stale_after` plus two heartbeats: when it gives up, instances that
     /// share the fault have already gone stale).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use bloom_redis::RedisSync;
+    ///
+    /// let builder = RedisSync::builder("redis://127.0.0.1/").publish_timeout(Duration::from_millis(500));
+    /// # let _ = builder;
+    /// ```
     pub fn publish_timeout(mut self, timeout: Duration) -> Self {
         self.publish_timeout = Some(timeout);
         self
@@ -133,6 +175,14 @@ impl RedisSyncBuilder {
     /// A rebuild whose new generation holds fewer than this fraction of the serving one's
     /// estimated keys is not switched in (default 0.5; 0 turns the check off): see
     /// [`Error::Shrunk`].
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use bloom_redis::RedisSync;
+    ///
+    /// let builder = RedisSync::builder("redis://127.0.0.1/").min_rebuild_fraction(0.8);
+    /// # let _ = builder;
+    /// ```
     pub fn min_rebuild_fraction(mut self, fraction: f64) -> Self {
         self.min_rebuild_fraction = fraction;
         self
@@ -141,6 +191,14 @@ impl RedisSyncBuilder {
     /// [`RedisSync::refill_if_lost`] rebuilds when the shared filter holds fewer than this
     /// fraction of the source's count hint (default 0.9: a filter holds every current key,
     /// and its estimate is within a percent or two).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use bloom_redis::RedisSync;
+    ///
+    /// let builder = RedisSync::builder("redis://127.0.0.1/").refill_below(0.95);
+    /// # let _ = builder;
+    /// ```
     pub fn refill_below(mut self, fraction: f64) -> Self {
         self.refill_below = fraction;
         self
@@ -153,6 +211,14 @@ impl RedisSyncBuilder {
 
     /// Prefix of every Redis key and of the channel; one per shared filter. Defaults to
     /// `bloom-guard:` followed by the filter's [name](SharedFilter::name).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use bloom_redis::RedisSync;
+    ///
+    /// let builder = RedisSync::builder("redis://127.0.0.1/").prefix("myapp:users");
+    /// # let _ = builder;
+    /// ```
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = Some(prefix.into());
         self
@@ -160,6 +226,14 @@ impl RedisSyncBuilder {
 
     /// How often to merge in both directions with Redis (default 10 s): the bound on how long
     /// a bit missed by pub/sub (or set during an outage) takes to reach every instance.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use bloom_redis::RedisSync;
+    ///
+    /// let builder = RedisSync::builder("redis://127.0.0.1/").reconcile_every(Duration::from_secs(60));
+    /// # let _ = builder;
+    /// ```
     pub fn reconcile_every(mut self, interval: Duration) -> Self {
         self.reconcile_every = interval;
         self
@@ -167,6 +241,15 @@ impl RedisSyncBuilder {
 
     /// Propagate inserts at once through pub/sub (default on). Off, instances converge by
     /// reconciliation alone.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use bloom_redis::RedisSync;
+    ///
+    /// let builder = RedisSync::builder("redis://127.0.0.1/").pubsub(false)
+    ///     .reconcile_every(Duration::from_secs(1));
+    /// # let _ = builder;
+    /// ```
     pub fn pubsub(mut self, on: bool) -> Self {
         self.pubsub = on;
         self
@@ -174,12 +257,28 @@ impl RedisSyncBuilder {
 
     /// Bytes of the bit array per Redis key (default 64 MiB; at most 512 MiB, Redis's
     /// value limit; a multiple of 8).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use bloom_redis::RedisSync;
+    ///
+    /// let builder = RedisSync::builder("redis://127.0.0.1/").segment_bytes(16 << 20);
+    /// # let _ = builder;
+    /// ```
     pub fn segment_bytes(mut self, bytes: u64) -> Self {
         self.segment_bytes = bytes;
         self
     }
 
     /// The rebuild lock's time to live (default 30 s), refreshed at each step of a rebuild.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use bloom_redis::RedisSync;
+    ///
+    /// let builder = RedisSync::builder("redis://127.0.0.1/").lock_ttl(Duration::from_secs(60));
+    /// # let _ = builder;
+    /// ```
     pub fn lock_ttl(mut self, ttl: Duration) -> Self {
         self.lock_ttl = ttl;
         self
@@ -187,12 +286,28 @@ impl RedisSyncBuilder {
 
     /// How long a rebuild waits for every live instance to start double-writing before it
     /// reads its source (default 2 s). Instances that miss it carry their bits over.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use bloom_redis::RedisSync;
+    ///
+    /// let builder = RedisSync::builder("redis://127.0.0.1/").ack_timeout(Duration::from_secs(5));
+    /// # let _ = builder;
+    /// ```
     pub fn ack_timeout(mut self, timeout: Duration) -> Self {
         self.ack_timeout = timeout;
         self
     }
 
     /// Timeout of each Redis command (default 2 s).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use bloom_redis::RedisSync;
+    ///
+    /// let builder = RedisSync::builder("redis://127.0.0.1/").response_timeout(Duration::from_millis(500));
+    /// # let _ = builder;
+    /// ```
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
         self
@@ -201,9 +316,26 @@ impl RedisSyncBuilder {
     /// Joins the filter shared in Redis: checks the parameters, merges in both directions,
     /// installs the insert hook and starts the background tasks (inside a Tokio runtime).
     ///
+    /// `filter` keeps its key type `K`: the returned [`RedisSync<K>`] rebuilds it only from
+    /// sources of `K` keys. Every clone of `filter` is synchronised (the hooks are installed on
+    /// the filter, not on this handle).
+    ///
     /// Fails if Redis is unreachable now or holds different parameters; once joined, outages
     /// are survived.
-    pub async fn connect(self, filter: SharedFilter) -> Result<RedisSync, Error> {
+    ///
+    /// ```no_run
+    /// use bloom_redis::RedisSync;
+    /// use bloom_tower::{BloomFilter, SharedFilter};
+    ///
+    /// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+    /// let filter = SharedFilter::<u64>::new(BloomFilter::new(1_000_000, 0.01)?);
+    /// let sync: RedisSync<u64> = RedisSync::builder("redis://127.0.0.1/")
+    ///     .prefix("myapp:users")
+    ///     .connect(&filter)
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect<K: ?Sized>(self, filter: &SharedFilter<K>) -> Result<RedisSync<K>, Error> {
         if self.segment_bytes == 0 || self.segment_bytes % 8 != 0 {
             return Err(Error::Config(
                 "segment_bytes must be a positive multiple of 8",

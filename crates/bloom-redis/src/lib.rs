@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod config;
 mod error;
@@ -14,7 +15,15 @@ pub use stats::{Rebuilt, ReconcileReport, RedisStats};
 pub use sync::RedisSync;
 
 /// Metrics emitted through the [`metrics`](https://docs.rs/metrics) facade, labelled
-/// `prefix` (the key prefix).
+/// `prefix` (the key prefix). Only with the `metrics` feature (on by default); without it
+/// [`RedisSync::stats`] reports the same state.
+///
+/// ```
+/// // Assert on, or alert on, the series by name.
+/// assert_eq!(bloom_redis::names::STALE, "bloom_redis_stale");
+/// ```
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod names {
     /// Gauge: 1 while the last exchange with Redis succeeded, 0 while it is unreachable.
     pub const CONNECTED: &str = "bloom_redis_connected";
@@ -41,6 +50,11 @@ pub mod names {
     /// recorder. Done once per process, automatically, when the first
     /// [`RedisSync`](crate::RedisSync) connects; call it yourself only if the recorder was
     /// installed after that.
+    ///
+    /// ```
+    /// // After installing a recorder (for example metrics-exporter-prometheus's):
+    /// bloom_redis::names::describe();
+    /// ```
     pub fn describe() {
         use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
 

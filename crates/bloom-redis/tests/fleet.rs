@@ -21,8 +21,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bloom_core::{BloomFilter, Key, Layout};
+use bloom_core::{BloomFilter, Layout};
 use bloom_redis::{Error, Rebuilt, RedisSync, RedisSyncBuilder, StalePolicy};
+use bloom_tower::key::KeyFor;
 use bloom_tower::{GuardedCache, KeySource, SharedFilter, key_source};
 use fault::{FaultProxy, Mode};
 use futures_util::future::join_all;
@@ -56,7 +57,9 @@ fn same(builder: RedisSyncBuilder) -> RedisSyncBuilder {
     builder
 }
 
-fn filter() -> SharedFilter {
+/// A filter of `K` keys: most tests create text keys (`String`), the cache and the figures
+/// tests numeric ids (`u64`).
+fn filter<K: ?Sized>() -> SharedFilter<K> {
     SharedFilter::new(
         BloomFilter::builder()
             .bits(BITS)
@@ -94,14 +97,27 @@ impl Fleet {
         })
     }
 
-    /// An instance connected through proxy `slot`, with [`short`] settings then `configure`.
+    /// An instance of a filter of text keys connected through proxy `slot`, with [`short`]
+    /// settings then `configure`.
     async fn join(
         &self,
         slot: usize,
         configure: impl FnOnce(RedisSyncBuilder) -> RedisSyncBuilder,
-    ) -> RedisSync {
+    ) -> RedisSync<String> {
+        self.join_as(slot, configure).await
+    }
+
+    /// [`join`](Self::join), for a filter of `K` keys.
+    async fn join_as<K: ?Sized>(
+        &self,
+        slot: usize,
+        configure: impl FnOnce(RedisSyncBuilder) -> RedisSyncBuilder,
+    ) -> RedisSync<K> {
         let builder = short(RedisSync::builder(&self.proxies[slot].url()).prefix(&self.prefix));
-        configure(builder).connect(filter()).await.expect("join")
+        configure(builder)
+            .connect(&filter::<K>())
+            .await
+            .expect("join")
     }
 
     async fn fault(&self, slot: usize, mode: Mode) {
@@ -139,7 +155,7 @@ async fn eventually_with(
 }
 
 /// Each instance's state, and how many of `keys` it lacks: for failure messages.
-fn describe(instances: &[&RedisSync], keys: &[String]) -> String {
+fn describe(instances: &[&RedisSync<String>], keys: &[String]) -> String {
     instances
         .iter()
         .enumerate()
@@ -158,22 +174,22 @@ fn describe(instances: &[&RedisSync], keys: &[String]) -> String {
 
 /// Whether the instance's filter holds `key`'s bits (what it received or pulled), bypassing
 /// the stale policy, which `filter().contains` applies.
-fn has<K: Key + ?Sized>(sync: &RedisSync, key: &K) -> bool {
+fn has<K: ?Sized, Q: KeyFor<K> + ?Sized>(sync: &RedisSync<K>, key: &Q) -> bool {
     sync.filter().current().contains(key)
 }
 
-fn has_all(sync: &RedisSync, keys: &[String]) -> bool {
+fn has_all(sync: &RedisSync<String>, keys: &[String]) -> bool {
     keys.iter().all(|k| has(sync, k))
 }
 
 /// A create as a service does it: insert, then wait until it is published.
-async fn create(sync: &RedisSync, key: &str) -> Result<(), Error> {
+async fn create(sync: &RedisSync<String>, key: &str) -> Result<(), Error> {
     sync.filter().insert(key);
     sync.propagated().await
 }
 
 /// Until every instance is fresh and knows every other one.
-async fn settle(instances: &[&RedisSync]) {
+async fn settle<K: ?Sized>(instances: &[&RedisSync<K>]) {
     eventually(
         "the fleet settles (everyone fresh, knowing everyone)",
         || {
@@ -196,7 +212,7 @@ fn not_propagated<T: std::fmt::Debug>(outcome: &Result<T, Error>) -> bool {
 
 /// A create after a fault was lifted: the first ones may still time out while the instance
 /// reconnects; one succeeds within the hang bound.
-async fn create_eventually(sync: &RedisSync, key: &str) {
+async fn create_eventually(sync: &RedisSync<String>, key: &str) {
     let started = Instant::now();
     while create(sync, key).await.is_err() {
         assert!(started.elapsed() < HANG, "hang: propagating {key} again");
@@ -571,9 +587,12 @@ impl Gated {
 }
 
 impl KeySource for Gated {
+    type Key = String;
     type Error = Infallible;
 
-    fn keys(&self) -> impl Stream<Item = Result<impl Key + Send + '_, Infallible>> + Send + '_ {
+    fn keys(
+        &self,
+    ) -> impl Stream<Item = Result<impl KeyFor<String> + Send + '_, Infallible>> + Send + '_ {
         futures_util::stream::once(async move {
             self.started.store(true, SeqCst);
             let _open = self.gate.acquire().await;
@@ -828,13 +847,14 @@ async fn a_create_invalidates_not_found_on_every_instance() {
     let Some(fleet) = Fleet::start(3, "negative").await else {
         return;
     };
-    let a = fleet.join(0, same).await;
-    let b = fleet.join(1, same).await;
-    let c = fleet.join(2, same).await;
+    // Numeric ids: the filter and the caches in front of it hold `u64` keys.
+    let a: RedisSync<u64> = fleet.join_as(0, same).await;
+    let b: RedisSync<u64> = fleet.join_as(1, same).await;
+    let c: RedisSync<u64> = fleet.join_as(2, same).await;
     settle(&[&a, &b, &c]).await;
     let db: Arc<Mutex<HashMap<u64, String>>> = Arc::default();
     let loads = Arc::new(AtomicU64::new(0));
-    let cache = |sync: &RedisSync| -> GuardedCache<u64, String> {
+    let cache = |sync: &RedisSync<u64>| -> GuardedCache<u64, String> {
         GuardedCache::builder(sync.filter().clone())
             .negative_ttl(Duration::from_secs(3600))
             .build()
@@ -914,7 +934,8 @@ struct PhaseCounts {
 }
 
 struct Run {
-    nodes: Vec<Arc<RedisSync>>,
+    /// Numeric ids (`u64` keys): the writer creates `1_000_000 + n`.
+    nodes: Vec<Arc<RedisSync<u64>>>,
     created: Mutex<Vec<Created>>,
     phase: AtomicUsize,
     counts: Vec<PhaseCounts>,
@@ -1058,7 +1079,7 @@ async fn writers_and_readers_through_every_fault() {
     let fault_for = Duration::from_secs(2);
     let mut nodes = Vec::new();
     for slot in 0..3 {
-        nodes.push(Arc::new(fleet.join(slot, same).await));
+        nodes.push(Arc::new(fleet.join_as::<u64>(slot, same).await));
     }
     settle(&nodes.iter().map(|n| &**n).collect::<Vec<_>>()).await;
     const PHASES: [&str; 6] = [

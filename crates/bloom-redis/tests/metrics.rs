@@ -145,7 +145,7 @@ fn publish_latency_is_recorded_and_described_without_being_asked() {
     // Current-thread: every task the sync spawns runs on this thread, under this recorder.
     metrics::with_local_recorder(&recorder, || {
         runtime.block_on(async {
-            let filter = SharedFilter::new(
+            let filter = SharedFilter::<u64>::new(
                 BloomFilter::builder()
                     .bits(1 << 16)
                     .hashes(7)
@@ -155,7 +155,7 @@ fn publish_latency_is_recorded_and_described_without_being_asked() {
             );
             let sync = RedisSync::builder(&server.url())
                 .prefix("metrics")
-                .connect(filter.clone())
+                .connect(&filter)
                 .await
                 .expect("join");
             for key in 0..3u64 {

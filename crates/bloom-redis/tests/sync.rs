@@ -18,7 +18,8 @@ const SEED: u128 = 0x5eed_5eed_5eed_5eed_5eed_5eed_5eed_5eed;
 /// Only a hang detector: no test asserts on timing.
 const HANG: Duration = Duration::from_secs(20);
 
-fn filter(bits: u64, hashes: u32, seed: u128) -> SharedFilter {
+/// A filter of text keys (every test here inserts `String`s or `&str`s).
+fn filter(bits: u64, hashes: u32, seed: u128) -> SharedFilter<String> {
     SharedFilter::new(
         BloomFilter::builder()
             .bits(bits)
@@ -34,10 +35,10 @@ async fn join(
     url: &str,
     prefix: &str,
     configure: fn(bloom_redis::RedisSyncBuilder) -> bloom_redis::RedisSyncBuilder,
-) -> RedisSync {
+) -> RedisSync<String> {
     let builder = RedisSync::builder(url).prefix(prefix);
     configure(builder)
-        .connect(filter(BITS, 7, SEED))
+        .connect(&filter(BITS, 7, SEED))
         .await
         .expect("join")
 }
@@ -58,7 +59,7 @@ async fn eventually(what: &str, mut done: impl FnMut() -> bool) -> Duration {
 
 /// Whether every instance's own filter holds every key. The raw filter, not
 /// `SharedFilter::contains`, which also lets keys through while an instance is stale.
-fn all_contain(instances: &[&RedisSync], keys: &[String]) -> bool {
+fn all_contain(instances: &[&RedisSync<String>], keys: &[String]) -> bool {
     instances
         .iter()
         .all(|i| keys.iter().all(|k| i.filter().current().contains(k)))
@@ -343,12 +344,12 @@ async fn a_counting_or_scalable_filter_is_refused_with_a_clear_error() {
     let counting = bloom_core::CountingBloomFilter::new(1_000, 0.01).unwrap();
     let scalable = bloom_core::ScalableBloomFilter::new(1_000, 0.01).unwrap();
     for (kind, filter) in [
-        ("counting", SharedFilter::new(counting)),
-        ("scalable", SharedFilter::new(scalable)),
+        ("counting", SharedFilter::<String>::new(counting)),
+        ("scalable", SharedFilter::<String>::new(scalable)),
     ] {
         // Nothing listens on this port: the filter is refused before any connection.
         let error = RedisSync::builder("redis://127.0.0.1:1")
-            .connect(filter)
+            .connect(&filter)
             .await
             .unwrap_err();
         assert!(
@@ -368,7 +369,7 @@ async fn different_parameters_refuse_to_join() {
     let _a = join(&url, "params", same).await;
     let b = RedisSync::builder(&url)
         .prefix("params")
-        .connect(filter(BITS, 5, SEED))
+        .connect(&filter(BITS, 5, SEED))
         .await
         .unwrap_err();
     assert!(matches!(b, Error::ParameterMismatch { .. }), "{b}");
@@ -379,7 +380,7 @@ async fn different_parameters_refuse_to_join() {
     );
     let c = RedisSync::builder(&url)
         .prefix("params")
-        .connect(filter(BITS, 7, SEED + 1))
+        .connect(&filter(BITS, 7, SEED + 1))
         .await
         .unwrap_err()
         .to_string();
@@ -390,7 +391,7 @@ async fn different_parameters_refuse_to_join() {
     );
     let d = RedisSync::builder(&url)
         .prefix("params")
-        .connect(filter(BITS * 2, 7, SEED))
+        .connect(&filter(BITS * 2, 7, SEED))
         .await
         .unwrap_err()
         .to_string();
@@ -398,7 +399,7 @@ async fn different_parameters_refuse_to_join() {
     // Another prefix is another filter.
     RedisSync::builder(&url)
         .prefix("params-2")
-        .connect(filter(BITS, 5, SEED))
+        .connect(&filter(BITS, 5, SEED))
         .await
         .unwrap();
 }
@@ -476,7 +477,7 @@ async fn a_filter_split_over_many_segments_round_trips() {
 }
 
 /// The words of an instance's serving filter (always a plain one under bloom-redis).
-fn plain_words(sync: &RedisSync) -> std::vec::IntoIter<u64> {
+fn plain_words(sync: &RedisSync<String>) -> std::vec::IntoIter<u64> {
     let current = sync.filter().current();
     let plain = current
         .as_plain()
@@ -508,7 +509,10 @@ async fn a_local_reload_from_rebuilds_the_whole_fleet() {
         .reload_from(&source)
         .await
         .expect("a fleet rebuild");
-    assert_eq!(reloaded, bloom_tower::Reloaded::Rebuilt { keys: 500 });
+    assert_eq!(
+        reloaded,
+        bloom_tower::shared_filter::Reloaded::Rebuilt { keys: 500 }
+    );
     eventually("B switched to the new generation", || {
         b.stats().generation == 2
     })

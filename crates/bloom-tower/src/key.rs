@@ -2,7 +2,7 @@
 //!
 //! A [`KeyExtractor`] turns a request into the key the filter is asked about, or into `None`
 //! when the request carries no usable key (the guard then applies its
-//! [missing-key policy](crate::OnMissingKey)). Closures `Fn(&Req) -> Option<K>` are extractors,
+//! [missing-key policy](crate::reject::OnMissingKey)). Closures `Fn(&Req) -> Option<K>` are extractors,
 //! and this module has the usual HTTP ones:
 //!
 //! | extractor | key for `GET /users/42?id=7` with `x-user: 9` |
@@ -118,6 +118,61 @@ impl fmt::Debug for TextKey<'_> {
         fmt::Debug::fmt(&*self.0, f)
     }
 }
+
+/// `Self` is a key of type `K`: it hashes to the same bytes as the `K` it stands for.
+///
+/// This is what makes a filter's key type part of its handle: a
+/// [`SharedFilter<K>`](crate::SharedFilter) is asked about, and filled with, only values that
+/// are `KeyFor<K>`, and a [`BloomGuard`](crate::BloomGuard) whose extractor yields anything
+/// else does not compile. Every key is a key for its own type (and a reference to it); text
+/// ([`TextKey`], `&str`, `String`) is a key for both `String` and `str`, bytes for both
+/// `Vec<u8>` and `[u8]`; and every key is a key for [`AnyKey`], the untyped filter.
+///
+/// Integers of different types are different keys even where their bytes agree: a filter of
+/// `i64` order ids is not asked about a `u64` (or `"42"`), whatever the extractor.
+///
+/// ```
+/// use bloom_tower::key::KeyFor;
+///
+/// fn holds<K: ?Sized, Q: KeyFor<K> + ?Sized>(_: &Q) {}
+/// holds::<i64, _>(&42i64);
+/// holds::<String, _>("ada");
+/// holds::<bloom_tower::key::AnyKey, _>(&42u64);
+/// ```
+///
+/// ```compile_fail
+/// use bloom_tower::key::KeyFor;
+///
+/// fn holds<K: ?Sized, Q: KeyFor<K> + ?Sized>(_: &Q) {}
+/// holds::<i64, _>("42"); // text is not an i64 key
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a key of type `{K}`",
+    label = "this yields `{Self}` keys, but the filter holds `{K}` keys",
+    note = "a filter of `{K}` keys is only asked about `{K}` values: parse text keys with `.parse::<{K}>()`, or share the filter as `SharedFilter<AnyKey>` to accept any key"
+)]
+pub trait KeyFor<K: ?Sized>: Key {}
+
+/// The key type of an untyped filter: a [`SharedFilter<AnyKey>`](crate::SharedFilter) accepts
+/// every [`Key`], as a filter did before key types existed. Choose it on purpose (a filter of
+/// mixed keys, a tool that handles any filter); a typed filter can be seen untyped with
+/// [`SharedFilter::untyped`](crate::SharedFilter::untyped).
+#[derive(Debug)]
+pub enum AnyKey {}
+
+impl<T: Key + ?Sized> KeyFor<T> for T {}
+impl<T: Key + ?Sized> KeyFor<T> for &T {}
+impl<T: Key + ?Sized> KeyFor<AnyKey> for T {}
+
+macro_rules! keys_for {
+    ($target:ty: $($key:ty),*) => {$(
+        impl KeyFor<$target> for $key {}
+    )*};
+}
+keys_for!(String: str, &str, Box<str>, TextKey<'_>);
+keys_for!(str: String, &String, Box<str>, TextKey<'_>);
+keys_for!(Vec<u8>: [u8], &[u8], Box<[u8]>);
+keys_for!([u8]: Vec<u8>, &Vec<u8>, Box<[u8]>);
 
 /// The first `/`-separated segment of `path` and what follows the slash. A byte loop: for
 /// segments this short it beats the general `str::split_once` searcher.
@@ -251,8 +306,10 @@ impl<B> KeyExtractor<Request<B>> for Query {
     }
 }
 
-/// The value of header `name`, as raw bytes (so `x-user: 42` gives the same key as the
-/// string `"42"`). Absent or empty is a missing key.
+/// The value of header `name`, as raw bytes: a key for a `SharedFilter<Vec<u8>>`. For a
+/// filter of text (`SharedFilter<String>`) use `.parse::<String>()`, which also turns a value
+/// that is not UTF-8 into a missing key; for numbers, `.parse::<u64>()` and so on. Absent or
+/// empty is a missing key.
 ///
 /// ```
 /// use bloom_tower::{KeyExtractor, key};
@@ -301,10 +358,28 @@ impl<B> KeyExtractor<Request<B>> for Header {
 /// use axum::{Router, routing::get};
 /// use bloom_tower::{BloomFilter, BloomGuard, SharedFilter, key};
 ///
-/// let filter = SharedFilter::new(BloomFilter::new(1_000, 0.01).unwrap());
+/// // Ids are inserted as integers: parse the path's text into the same type.
+/// let users = SharedFilter::<u64>::new(BloomFilter::new(1_000, 0.01).unwrap());
+/// // Usernames are inserted as text: the path's text is the key.
+/// let names = SharedFilter::<String>::new(BloomFilter::new(1_000, 0.01).unwrap());
 /// let app: Router = Router::new()
 ///     .route("/users/{id}", get(|| async { "a user" }))
-///     .route_layer(BloomGuard::new(filter, key::path_param("id")));
+///     .route_layer(BloomGuard::new(users, key::path_param("id").parse::<u64>()))
+///     .route("/by-name/{name}", get(|| async { "a user" }))
+///     .route_layer(BloomGuard::new(names, key::path_param("name")));
+/// ```
+///
+/// Without `.parse`, a guard over integer ids does not compile (the text `"42"` and the
+/// integer `42` are different keys, and such a guard would reject every request):
+///
+/// ```compile_fail
+/// use axum::{Router, routing::get};
+/// use bloom_tower::{BloomFilter, BloomGuard, SharedFilter, key};
+///
+/// let users = SharedFilter::<u64>::new(BloomFilter::new(1_000, 0.01).unwrap());
+/// let app: Router = Router::new()
+///     .route("/users/{id}", get(|| async { "a user" }))
+///     .route_layer(BloomGuard::new(users, key::path_param("id")));
 /// ```
 #[cfg(feature = "axum")]
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]

@@ -13,7 +13,7 @@
 //! A snapshot saved to disk misses every key created after it: by this process before it was
 //! killed, by another writer while it was down. A source that can say where it stands (a
 //! [`Watermark`]: the highest id, a timestamp, a log offset) and list the keys added since
-//! lets [`SharedFilterBuilder::start`](crate::SharedFilterBuilder::start) load the snapshot
+//! lets [`SharedFilterBuilder::start`](crate::shared_filter::SharedFilterBuilder::start) load the snapshot
 //! and read only those keys before the filter serves. A source that cannot keeps the
 //! defaults ([`watermark`](KeySource::watermark) is `None`), and a loaded snapshot then
 //! serves *verifying* (it lets through what it would reject) until a full rebuild.
@@ -29,6 +29,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bloom_core::Key;
+
+use crate::key::KeyFor;
 use futures_core::Stream;
 use futures_util::stream;
 
@@ -66,12 +68,19 @@ pub type BoxError = Box<dyn Error + Send + Sync>;
 /// # }
 /// ```
 pub trait KeySource {
+    /// The type of the keys: a [`SharedFilter<K>`](crate::SharedFilter) is rebuilt only from
+    /// a source whose keys are [`KeyFor<K>`] (`u64` for `u64`, `String` for `String` or
+    /// `str`; any source for `SharedFilter<AnyKey>`).
+    type Key: Key + Sync + ?Sized;
+
     /// Why reading the keys failed.
     type Error: Into<BoxError>;
 
     /// A fresh stream of every key. Called once per rebuild, after the rebuild has started
     /// catching concurrent inserts: take the snapshot here.
-    fn keys(&self) -> impl Stream<Item = Result<impl Key + Send + '_, Self::Error>> + Send + '_;
+    fn keys(
+        &self,
+    ) -> impl Stream<Item = Result<impl KeyFor<Self::Key> + Send + '_, Self::Error>> + Send + '_;
 
     /// How many keys [`keys`](Self::keys) will yield, if known: the new filter is sized for it
     /// (plus headroom for the inserts until the next rebuild).
@@ -101,9 +110,10 @@ pub trait KeySource {
     fn keys_since<'a>(
         &'a self,
         since: &'a Watermark,
-    ) -> impl Stream<Item = Result<impl Key + Send + 'a, Self::Error>> + Send + 'a {
+    ) -> impl Stream<Item = Result<impl KeyFor<Self::Key> + Send + 'a, Self::Error>> + Send + 'a
+    {
         let _ = since;
-        NoKeys(PhantomData)
+        NoKeys::<&'a Self::Key, Self::Error>(PhantomData)
     }
 }
 
@@ -152,12 +162,12 @@ impl fmt::Debug for Watermark {
     }
 }
 
-/// The default [`KeySource::keys_since`]: nothing. `fn() -> E` keeps it `Send` and `Sync` for
-/// any error type.
-struct NoKeys<E>(PhantomData<fn() -> E>);
+/// The default [`KeySource::keys_since`]: nothing. `fn() -> (K, E)` keeps it `Send` and `Sync`
+/// for any key and error type.
+struct NoKeys<K, E>(PhantomData<fn() -> (K, E)>);
 
-impl<E> Stream for NoKeys<E> {
-    type Item = Result<u64, E>;
+impl<K, E> Stream for NoKeys<K, E> {
+    type Item = Result<K, E>;
 
     fn poll_next(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         Poll::Ready(None)
@@ -165,9 +175,12 @@ impl<E> Stream for NoKeys<E> {
 }
 
 impl<T: Key + Sync> KeySource for [T] {
+    type Key = T;
     type Error = Infallible;
 
-    fn keys(&self) -> impl Stream<Item = Result<impl Key + Send + '_, Infallible>> + Send + '_ {
+    fn keys(
+        &self,
+    ) -> impl Stream<Item = Result<impl KeyFor<T> + Send + '_, Infallible>> + Send + '_ {
         stream::iter(self.iter().map(Ok))
     }
 
@@ -177,9 +190,12 @@ impl<T: Key + Sync> KeySource for [T] {
 }
 
 impl<T: Key + Sync> KeySource for Vec<T> {
+    type Key = T;
     type Error = Infallible;
 
-    fn keys(&self) -> impl Stream<Item = Result<impl Key + Send + '_, Infallible>> + Send + '_ {
+    fn keys(
+        &self,
+    ) -> impl Stream<Item = Result<impl KeyFor<T> + Send + '_, Infallible>> + Send + '_ {
         self.as_slice().keys()
     }
 
@@ -189,9 +205,12 @@ impl<T: Key + Sync> KeySource for Vec<T> {
 }
 
 impl<T: Key + Sync, S: Sync> KeySource for HashSet<T, S> {
+    type Key = T;
     type Error = Infallible;
 
-    fn keys(&self) -> impl Stream<Item = Result<impl Key + Send + '_, Infallible>> + Send + '_ {
+    fn keys(
+        &self,
+    ) -> impl Stream<Item = Result<impl KeyFor<T> + Send + '_, Infallible>> + Send + '_ {
         stream::iter(self.iter().map(Ok))
     }
 
@@ -201,9 +220,12 @@ impl<T: Key + Sync, S: Sync> KeySource for HashSet<T, S> {
 }
 
 impl<T: Key + Sync> KeySource for BTreeSet<T> {
+    type Key = T;
     type Error = Infallible;
 
-    fn keys(&self) -> impl Stream<Item = Result<impl Key + Send + '_, Infallible>> + Send + '_ {
+    fn keys(
+        &self,
+    ) -> impl Stream<Item = Result<impl KeyFor<T> + Send + '_, Infallible>> + Send + '_ {
         stream::iter(self.iter().map(Ok))
     }
 
@@ -215,9 +237,10 @@ impl<T: Key + Sync> KeySource for BTreeSet<T> {
 macro_rules! forward_source {
     ($($pointer:ty),*) => {$(
         impl<S: KeySource + ?Sized> KeySource for $pointer {
+            type Key = S::Key;
             type Error = S::Error;
 
-            fn keys(&self) -> impl Stream<Item = Result<impl Key + Send + '_, S::Error>> + Send + '_ {
+            fn keys(&self) -> impl Stream<Item = Result<impl KeyFor<S::Key> + Send + '_, S::Error>> + Send + '_ {
                 (**self).keys()
             }
 
@@ -232,7 +255,7 @@ macro_rules! forward_source {
             fn keys_since<'a>(
                 &'a self,
                 since: &'a Watermark,
-            ) -> impl Stream<Item = Result<impl Key + Send + 'a, S::Error>> + Send + 'a {
+            ) -> impl Stream<Item = Result<impl KeyFor<S::Key> + Send + 'a, S::Error>> + Send + 'a {
                 (**self).keys_since(since)
             }
         }
@@ -259,7 +282,7 @@ where
     F: Fn() -> I + Send + Sync,
     I: IntoIterator,
     I::IntoIter: Send + 'static,
-    I::Item: Key + Send + 'static,
+    I::Item: Key + Send + Sync + 'static,
 {
     FromIter {
         make,
@@ -295,11 +318,14 @@ where
     F: Fn() -> I + Send + Sync,
     I: IntoIterator,
     I::IntoIter: Send + 'static,
-    I::Item: Key + Send + 'static,
+    I::Item: Key + Send + Sync + 'static,
 {
+    type Key = I::Item;
     type Error = Infallible;
 
-    fn keys(&self) -> impl Stream<Item = Result<impl Key + Send + '_, Infallible>> + Send + '_ {
+    fn keys(
+        &self,
+    ) -> impl Stream<Item = Result<impl KeyFor<I::Item> + Send + '_, Infallible>> + Send + '_ {
         stream::iter((self.make)().into_iter().map(Ok))
     }
 
@@ -336,7 +362,7 @@ where
 /// // `pool` from the closure, which `from_stream` cannot keep (its stream must be `'static`);
 /// // `Executor::fetch` on a `&Pool` returns one that owns a clone of the pool.
 ///
-/// let filter = SharedFilter::new(BloomFilter::new(1_000, 0.01)?);
+/// let filter = SharedFilter::<i64>::new(BloomFilter::new(1_000, 0.01)?);
 /// filter.reload_from(&order_ids).await?;
 /// assert!(filter.contains(&3i64));
 /// # Ok(())
@@ -346,7 +372,7 @@ pub fn from_stream<F, St, K, E>(make: F) -> FromStream<F>
 where
     F: Fn() -> St + Send + Sync,
     St: Stream<Item = Result<K, E>> + Send + 'static,
-    K: Key + Send + 'static,
+    K: Key + Send + Sync + 'static,
     E: Into<BoxError>,
 {
     FromStream {
@@ -382,12 +408,13 @@ impl<F, St, K, E> KeySource for FromStream<F>
 where
     F: Fn() -> St + Send + Sync,
     St: Stream<Item = Result<K, E>> + Send + 'static,
-    K: Key + Send + 'static,
+    K: Key + Send + Sync + 'static,
     E: Into<BoxError>,
 {
+    type Key = K;
     type Error = E;
 
-    fn keys(&self) -> impl Stream<Item = Result<impl Key + Send + '_, E>> + Send + '_ {
+    fn keys(&self) -> impl Stream<Item = Result<impl KeyFor<K> + Send + '_, E>> + Send + '_ {
         (self.make)()
     }
 

@@ -3,33 +3,32 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "admin")]
+#[cfg_attr(docsrs, doc(cfg(feature = "admin")))]
 pub mod admin;
-pub mod flight;
-mod guard;
-mod guarded_cache;
+#[cfg(any(feature = "guarded-cache", feature = "response-cache"))]
+mod flight;
+pub mod guard;
+#[cfg(feature = "guarded-cache")]
+#[cfg_attr(docsrs, doc(cfg(feature = "guarded-cache")))]
+pub mod guarded_cache;
+pub mod guide;
 pub mod key;
 pub mod key_source;
 pub mod reject;
-mod response_cache;
+#[cfg(feature = "response-cache")]
+#[cfg_attr(docsrs, doc(cfg(feature = "response-cache")))]
+pub mod response_cache;
 pub mod shared_filter;
 pub mod stats;
 
-pub use bloom_core::{self, AnyFilter, BloomFilter, CountingBloomFilter, Key, ScalableBloomFilter};
-pub use guard::{BloomGuard, BloomGuardService, ResponseFuture};
-#[cfg(feature = "axum")]
-#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
-pub use guarded_cache::CacheResponse;
-pub use guarded_cache::{CacheStats, GuardedCache, GuardedCacheBuilder, LoadError};
+pub use bloom_core::{self, BloomFilter, CountingBloomFilter, Key, ScalableBloomFilter};
+pub use guard::BloomGuard;
+#[cfg(feature = "guarded-cache")]
+#[cfg_attr(docsrs, doc(cfg(feature = "guarded-cache")))]
+pub use guarded_cache::{GuardedCache, LoadError};
 pub use key::KeyExtractor;
 pub use key_source::KeySource;
-pub use reject::{NotFound, OnMissingKey, OnReject, PassThrough, RejectedKey};
-pub use response_cache::{
-    ResponseCache, ResponseCacheBody, ResponseCacheBuilder, ResponseCacheFuture,
-    ResponseCacheService, ResponseCacheStats,
-};
-pub use shared_filter::{
-    AlreadyBuilding, BackgroundTask, Building, CannotRemove, CurrentFilter, FilterGeneration,
-    InsertHook, Inserted, PendingInsert, ReloadError, ReloadErrorKind, Reloaded, RemoveOutcome,
-    SaturationReport, SharedFilter, SharedFilterBuilder, SnapshotError, Started,
-};
-pub use stats::{FilterStats, GuardStats};
+#[cfg(feature = "response-cache")]
+#[cfg_attr(docsrs, doc(cfg(feature = "response-cache")))]
+pub use response_cache::ResponseCache;
+pub use shared_filter::{ReloadError, SharedFilter};

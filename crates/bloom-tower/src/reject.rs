@@ -127,7 +127,7 @@ pub const REJECTION_HEADER: HeaderName = HeaderName::from_static("x-bloom-guard"
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let filter = SharedFilter::new(BloomFilter::new(1_000, 0.01)?);
+/// let filter = SharedFilter::<String>::new(BloomFilter::new(1_000, 0.01)?);
 /// let guard = BloomGuard::new(filter, key::path_segment(1))
 ///     .reject_with(RejectionHeader::new(StatusCode::GONE, REJECTION_HEADER));
 /// let service = ServiceBuilder::new().layer(guard).service(service_fn(|_req: Request<String>| async {

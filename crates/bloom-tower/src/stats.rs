@@ -48,7 +48,7 @@
 //! filter's false positives. Both therefore count their rejections into the filter they share
 //! (`bloom_filter_rejections_total`), the cache reports false positives there too, and the
 //! rate is computed per filter, over every rejection of it: right with a guard, a cache, or
-//! both. [`FilterStats::measured_fpr`] and [`CacheStats::measured_fpr`](crate::CacheStats::measured_fpr)
+//! both. [`FilterStats::measured_fpr`] and [`CacheStats::measured_fpr`](crate::guarded_cache::CacheStats::measured_fpr)
 //! are the same figure. For alerts prefer the counters' rates over a window (see
 //! `docs/alerts.yml` in the repository) to the gauge, which covers the whole process life.
 //!
@@ -64,7 +64,7 @@
 //! [`BloomGuard::stats`]: crate::BloomGuard::stats
 //! [`BloomGuard::name`]: crate::BloomGuard::name
 //! [`SharedFilter::stats`]: crate::SharedFilter::stats
-//! [`SharedFilterBuilder::name`]: crate::SharedFilterBuilder::name
+//! [`SharedFilterBuilder::name`]: crate::shared_filter::SharedFilterBuilder::name
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -328,6 +328,7 @@ pub(crate) struct GuardCounters {
     passed: AtomicU64,
     rejected: AtomicU64,
     missing_key: AtomicU64,
+    diagnosis: crate::guard::Diagnosis,
     #[cfg(feature = "metrics")]
     handles: std::sync::OnceLock<GuardMetrics>,
 }
@@ -348,6 +349,7 @@ impl GuardCounters {
             passed: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
             missing_key: AtomicU64::new(0),
+            diagnosis: crate::guard::Diagnosis::default(),
             #[cfg(feature = "metrics")]
             handles: std::sync::OnceLock::new(),
         }
@@ -387,15 +389,19 @@ impl GuardCounters {
         }
     }
 
+    /// Counts a rejection by a guard over `filter`, and warns if the guard seems to reject
+    /// everyone (see [`Diagnosis`](crate::guard::Diagnosis)).
     #[inline]
-    pub(crate) fn rejected(&self) {
-        self.rejected.fetch_add(1, Relaxed);
+    pub(crate) fn rejected<K: ?Sized>(&self, filter: &crate::SharedFilter<K>) {
+        let rejected = self.rejected.fetch_add(1, Relaxed) + 1;
         #[cfg(feature = "metrics")]
         {
             let metrics = self.metrics();
             metrics.checked.increment(1);
             metrics.rejected.increment(1);
         }
+        self.diagnosis
+            .after_rejection(&self.name, filter, rejected, || self.passed.load(Relaxed));
     }
 
     #[inline]
@@ -503,6 +509,7 @@ struct AccuracyMetrics {
 
 #[cfg(feature = "metrics")]
 struct ReportedMetrics {
+    #[cfg_attr(not(feature = "guarded-cache"), allow(dead_code))]
     false_positives: metrics::Counter,
     measured_fpr: metrics::Gauge,
 }
@@ -601,6 +608,7 @@ impl FilterCounters {
     }
 
     /// A lookup the filter let through for a key a cache's loader did not find.
+    #[cfg(feature = "guarded-cache")]
     pub(crate) fn false_positive(&self, filter: &str, target_fpr: f64) {
         self.false_positives.fetch_add(1, Relaxed);
         self.fp_reported.store(true, Relaxed);
@@ -618,6 +626,7 @@ impl FilterCounters {
 
     /// A cache that reports false positives was built on the filter: from now on the measured
     /// rate means something.
+    #[cfg(feature = "guarded-cache")]
     pub(crate) fn reports_false_positives(&self) {
         self.fp_reported.store(true, Relaxed);
     }

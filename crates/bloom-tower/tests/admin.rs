@@ -15,8 +15,8 @@ use axum::body::Bytes;
 use axum::extract::Path;
 use axum::routing::get;
 use bloom_tower::key_source::{self, BoxError};
-use bloom_tower::shared_filter::{ErasedKeySource, ExternalRebuild};
-use bloom_tower::{BloomFilter, BloomGuard, Reloaded, SharedFilter, admin, key};
+use bloom_tower::shared_filter::{ErasedKeySource, ExternalRebuild, Reloaded};
+use bloom_tower::{BloomFilter, BloomGuard, SharedFilter, admin, key};
 use futures_util::StreamExt;
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
@@ -45,7 +45,7 @@ struct Server {
 
 impl Server {
     /// `/users/{id}` guarded by the first registered filter, `/admin` over `admin`.
-    async fn start(guarded: &SharedFilter, admin: admin::Admin) -> Self {
+    async fn start(guarded: &SharedFilter<u64>, admin: admin::Admin) -> Self {
         async fn user(Path(id): Path<u64>) -> String {
             format!("user {id}")
         }
@@ -100,10 +100,10 @@ async fn users(
     table: &Table,
     snapshot: Option<&std::path::Path>,
 ) -> (
-    SharedFilter,
-    impl bloom_tower::KeySource + Send + Sync + 'static,
+    SharedFilter<u64>,
+    impl bloom_tower::KeySource<Key = u64> + Send + Sync + 'static,
 ) {
-    let mut builder = SharedFilter::builder().name("users");
+    let mut builder = SharedFilter::<u64>::builder().name("users");
     if let Some(path) = snapshot {
         builder = builder.snapshot(path);
     }
@@ -120,7 +120,9 @@ async fn users(
 async fn stats_list_every_registered_filter() {
     let table: Table = Arc::new(Mutex::new((1..=500).collect()));
     let (filter, source) = users(&table, None).await;
-    let orders = SharedFilter::builder().name("orders").build(bloom(1_000));
+    let orders = SharedFilter::<String>::builder()
+        .name("orders")
+        .build(bloom(1_000));
     let server = Server::start(
         &filter,
         admin::Admin::new()
@@ -238,7 +240,9 @@ async fn a_snapshot_is_written_where_configured_and_loads_back() {
     let path = dir.path().join("users.bloom");
     let table: Table = Arc::new(Mutex::new((1..=500).collect()));
     let (filter, source) = users(&table, Some(&path)).await;
-    let unsnapshotted = SharedFilter::builder().name("orders").build(bloom(1_000));
+    let unsnapshotted = SharedFilter::<u64>::builder()
+        .name("orders")
+        .build(bloom(1_000));
     let server = Server::start(
         &filter,
         admin::Admin::new()
@@ -253,7 +257,7 @@ async fn a_snapshot_is_written_where_configured_and_loads_back() {
     let (status, outcome) = server.post("/admin/filters/users/snapshot").await;
     assert_eq!(status, StatusCode::OK, "{outcome}");
     assert_eq!(outcome["snapshot"], path.display().to_string());
-    let loaded = SharedFilter::load(&path).await.unwrap();
+    let loaded = SharedFilter::<u64>::load(&path).await.unwrap();
     assert!(loaded.contains(&9_999u64) && loaded.contains(&1u64));
     assert_eq!(loaded.current().to_bytes(), filter.current().to_bytes());
     assert_eq!(
@@ -302,7 +306,7 @@ async fn an_unknown_filter_is_a_404() {
 fn gated(
     gate: &Arc<Semaphore>,
     keys: Vec<u64>,
-) -> impl bloom_tower::KeySource + Send + Sync + use<> {
+) -> impl bloom_tower::KeySource<Key = u64> + Send + Sync + use<> {
     let gate = Arc::clone(gate);
     key_source::from_stream(move || {
         let gate = Arc::clone(&gate);
@@ -456,6 +460,6 @@ async fn cache_stats_are_listed() {
 #[should_panic(expected = "registered already")]
 fn two_filters_of_one_name_are_refused() {
     let _ = admin::Admin::new()
-        .filter(SharedFilter::new(bloom(10)), vec![1u64])
-        .filter(SharedFilter::new(bloom(10)), vec![1u64]);
+        .filter(SharedFilter::<u64>::new(bloom(10)), vec![1u64])
+        .filter(SharedFilter::<u64>::new(bloom(10)), vec![1u64]);
 }

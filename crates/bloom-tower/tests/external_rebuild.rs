@@ -6,9 +6,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bloom_tower::key::AnyKey;
 use bloom_tower::key_source::BoxError;
-use bloom_tower::shared_filter::{ErasedKeySource, ExternalRebuild};
-use bloom_tower::{BloomFilter, Key, ReloadErrorKind, Reloaded, SharedFilter, Started};
+use bloom_tower::shared_filter::{
+    ErasedKeySource, ExternalRebuild, ReloadErrorKind, Reloaded, Started,
+};
+use bloom_tower::{BloomFilter, Key, SharedFilter};
 use futures_util::TryStreamExt;
 
 fn seeded() -> BloomFilter {
@@ -31,8 +34,9 @@ struct Recorder {
     keys: Mutex<Vec<Box<[u8]>>>,
     count_hints: Mutex<Vec<Option<u64>>>,
     fail: std::sync::atomic::AtomicBool,
-    /// Rebuilt from the erased source through the generic `KeySource` API, if set.
-    mirror: Option<SharedFilter>,
+    /// Rebuilt from the erased source through the generic `KeySource` API, if set: an
+    /// untyped handle, as the erased source's keys are bytes of any key type.
+    mirror: Option<SharedFilter<AnyKey>>,
 }
 
 impl ExternalRebuild for Recorder {
@@ -60,7 +64,7 @@ impl ExternalRebuild for Recorder {
     }
 }
 
-fn install(filter: &SharedFilter, owner: Recorder) -> Arc<Recorder> {
+fn install<K: ?Sized>(filter: &SharedFilter<K>, owner: Recorder) -> Arc<Recorder> {
     let owner = Arc::new(owner);
     filter.set_external_rebuild(Some(Arc::clone(&owner) as Arc<dyn ExternalRebuild>));
     owner
@@ -68,13 +72,13 @@ fn install(filter: &SharedFilter, owner: Recorder) -> Arc<Recorder> {
 
 #[tokio::test]
 async fn reload_from_hands_the_source_to_the_owner_and_rebuilds_nothing_here() {
-    let filter = SharedFilter::new(seeded());
+    let filter = SharedFilter::<u64>::new(seeded());
     filter.insert(&99u64);
-    let mirror = SharedFilter::new(seeded());
+    let mirror = SharedFilter::<u64>::new(seeded());
     let owner = install(
         &filter,
         Recorder {
-            mirror: Some(mirror.clone()),
+            mirror: Some(mirror.untyped()),
             ..Recorder::default()
         },
     );
@@ -97,16 +101,19 @@ async fn reload_from_hands_the_source_to_the_owner_and_rebuilds_nothing_here() {
     assert_eq!(mirror.stats().rebuilds, 1);
 
     // An unsized source too.
-    let slice: &[&str] = &["a", "b"];
+    let slice: &[u64] = &[4, 5];
     filter.reload_from(slice).await.unwrap();
-    assert_eq!(owner.keys.lock().unwrap()[3..], [bytes("a"), bytes("b")]);
+    assert_eq!(
+        owner.keys.lock().unwrap()[3..],
+        [bytes(&4u64), bytes(&5u64)]
+    );
     assert_eq!(filter.stats().rebuilds, 0);
 }
 
 #[tokio::test]
 async fn the_owner_may_fill_the_filter_itself() {
     /// Rebuilds the filter it is installed on, through `start_building`.
-    struct Local(SharedFilter);
+    struct Local(SharedFilter<String>);
     impl ExternalRebuild for Local {
         fn rebuild<'a>(
             &'a self,
@@ -127,7 +134,7 @@ async fn the_owner_may_fill_the_filter_itself() {
             })
         }
     }
-    let filter = SharedFilter::new(seeded());
+    let filter = SharedFilter::<String>::new(seeded());
     filter.insert("old");
     filter.set_external_rebuild(Some(Arc::new(Local(filter.clone()))));
     let reloaded = filter.reload_from(&vec!["x", "y"]).await.unwrap();
@@ -139,7 +146,7 @@ async fn the_owner_may_fill_the_filter_itself() {
 
 #[tokio::test]
 async fn an_owner_failure_is_an_external_reload_error() {
-    let filter = SharedFilter::new(seeded());
+    let filter = SharedFilter::<u64>::new(seeded());
     filter.insert(&99u64);
     let owner = install(&filter, Recorder::default());
     owner.fail.store(true, Ordering::SeqCst);
@@ -157,7 +164,7 @@ async fn an_owner_failure_is_an_external_reload_error() {
 
 #[tokio::test(start_paused = true)]
 async fn rebuild_every_goes_through_the_owner() {
-    let filter = SharedFilter::new(seeded());
+    let filter = SharedFilter::<u64>::new(seeded());
     let owner = install(&filter, Recorder::default());
     let task = filter.rebuild_every(Duration::from_secs(60), vec![1u64, 2]);
     tokio::time::sleep(Duration::from_secs(59)).await;
@@ -176,7 +183,7 @@ async fn a_verifying_filter_retries_a_failing_owner_with_backoff() {
     let dir = tempfile::tempdir().unwrap();
     let ids = vec![1u64, 2, 3];
     let start = || {
-        SharedFilter::builder()
+        SharedFilter::<u64>::builder()
             .snapshot(dir.path().join("f.bloom"))
             .start(seeded(), &ids)
     };
@@ -201,7 +208,7 @@ async fn a_verifying_filter_retries_a_failing_owner_with_backoff() {
 
 #[tokio::test]
 async fn removing_the_owner_restores_local_rebuilds() {
-    let filter = SharedFilter::new(seeded());
+    let filter = SharedFilter::<u64>::new(seeded());
     filter.insert(&99u64);
     let owner = install(&filter, Recorder::default());
     filter.clone().set_external_rebuild(None);

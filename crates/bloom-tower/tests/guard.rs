@@ -3,7 +3,8 @@
 
 use std::task::Poll;
 
-use bloom_tower::{BloomFilter, BloomGuard, OnReject, RejectedKey, SharedFilter, key};
+use bloom_tower::reject::{OnReject, RejectedKey};
+use bloom_tower::{BloomFilter, BloomGuard, SharedFilter, key};
 use http::{Request, Response, StatusCode, header};
 use tower_test::mock;
 
@@ -15,15 +16,20 @@ fn spawn<L: tower::Layer<Mock>>(guard: L) -> (mock::Spawn<L::Service>, Handle) {
     mock::spawn_layer(guard)
 }
 
-/// A filter with a fixed hash key holding `keys`.
-fn filter_with(keys: &[&str]) -> SharedFilter {
+/// An empty filter of `K` keys with a fixed hash key.
+fn seeded<K: ?Sized>() -> SharedFilter<K> {
     let filter = BloomFilter::builder()
         .expected_items(1_000)
         .false_positive_rate(0.01)
         .seed(0xB100_u128)
         .build()
         .unwrap();
-    let filter = SharedFilter::new(filter);
+    SharedFilter::new(filter)
+}
+
+/// A filter of text keys with a fixed hash key holding `keys`.
+fn filter_with(keys: &[&str]) -> SharedFilter<String> {
+    let filter = seeded();
     for key in keys {
         filter.insert(*key);
     }
@@ -31,7 +37,7 @@ fn filter_with(keys: &[&str]) -> SharedFilter {
 }
 
 /// An id the filter answers "definitely absent" for (a given id could be a false positive).
-fn absent_id(filter: &SharedFilter) -> String {
+fn absent_id(filter: &SharedFilter<String>) -> String {
     (1_000u64..)
         .map(|id| id.to_string())
         .find(|id| !filter.contains(id.as_str()))
@@ -106,7 +112,9 @@ async fn a_request_without_a_key_passes_through_by_default() {
 
 #[tokio::test]
 async fn a_request_without_a_key_can_be_answered_with_a_status() {
-    let guard = BloomGuard::new(filter_with(&["7"]), key::path_segment(1).parse::<u64>())
+    let filter = seeded::<u64>();
+    filter.insert(&7u64);
+    let guard = BloomGuard::new(filter, key::path_segment(1).parse::<u64>())
         .on_missing_key(StatusCode::BAD_REQUEST);
     let (mut service, mut handle) = spawn(guard.clone());
     handle.allow(1);
@@ -267,7 +275,7 @@ async fn reject_with_takes_any_rejection_type_including_a_status_code() {
 #[tokio::test]
 async fn a_non_http_service_gets_the_rejection_value() {
     // The request is a user id; the response says whether the user exists.
-    let filter = SharedFilter::new(BloomFilter::new(1_000, 0.01).unwrap());
+    let filter = SharedFilter::<u64>::new(BloomFilter::new(1_000, 0.01).unwrap());
     filter.insert(&5u64);
     let absent = (6u64..).find(|id| !filter.contains(id)).unwrap();
     let guard = BloomGuard::new(filter, key::identity()).on_reject(|_key| None);
@@ -365,10 +373,11 @@ impl tracing::Subscriber for Events {
 
 #[test]
 fn each_rejection_logs_a_debug_event_without_the_key_unless_asked() {
-    let filter = filter_with(&[]);
+    // Not empty: a guard over an empty filter also warns that it rejects everyone.
+    let filter = filter_with(&["42"]);
     let id = absent_id(&filter);
     let uri = format!("/users/{id}");
-    let events = |guard: BloomGuard<key::PathSegment>| {
+    let events = |guard: BloomGuard<String, key::PathSegment>| {
         let events = std::sync::Arc::new(Events::default());
         let (mut service, _handle) = spawn(guard);
         tracing::subscriber::with_default(std::sync::Arc::clone(&events), || {

@@ -12,7 +12,9 @@ use futures_util::StreamExt;
 struct DbDown;
 
 /// A filter holding `keys`, and a cache over it.
-fn cache_with(keys: impl IntoIterator<Item = u64>) -> (SharedFilter, GuardedCache<u64, String>) {
+fn cache_with(
+    keys: impl IntoIterator<Item = u64>,
+) -> (SharedFilter<u64>, GuardedCache<u64, String>) {
     let filter = SharedFilter::new(
         BloomFilter::builder()
             .expected_items(10_000)

@@ -202,7 +202,7 @@ fn gauge(entries: &[Entry], name: &str, label: &str, label_value: &str) -> Optio
 }
 
 /// A 1% filter named `name` holding ids `0..1_000`.
-fn users_filter(name: &'static str) -> SharedFilter {
+fn users_filter(name: &'static str) -> SharedFilter<u64> {
     let filter = SharedFilter::builder().name(name).build(
         BloomFilter::builder()
             .expected_items(1_000)
@@ -220,7 +220,7 @@ fn users_filter(name: &'static str) -> SharedFilter {
 /// `GET /users/{id}` guarded by `filter`, answered through a cache over the same filter
 /// whose loader finds the ids below 1,000: the recommended setup.
 fn guarded_service(
-    filter: &SharedFilter,
+    filter: &SharedFilter<u64>,
     cache: GuardedCache<u64, u64>,
 ) -> impl tower::Service<Request<String>, Response = Response<String>, Error = Infallible> + Clone {
     let handler = service_fn(move |request: Request<String>| {

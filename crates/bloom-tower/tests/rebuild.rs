@@ -6,15 +6,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bloom_tower::key::KeyFor;
+use bloom_tower::shared_filter::{ReloadErrorKind, Reloaded, RemoveOutcome};
 use bloom_tower::{
-    BloomFilter, CountingBloomFilter, Key, KeySource, ReloadErrorKind, Reloaded, RemoveOutcome,
-    ScalableBloomFilter, SharedFilter, key_source,
+    BloomFilter, CountingBloomFilter, KeySource, ScalableBloomFilter, SharedFilter, key_source,
 };
 use futures_core::Stream;
 use futures_util::{FutureExt, StreamExt, stream};
 use tokio::sync::Notify;
 
-fn filter_for(capacity: u64) -> SharedFilter {
+fn filter_for(capacity: u64) -> SharedFilter<u64> {
     SharedFilter::new(
         BloomFilter::builder()
             .expected_items(capacity)
@@ -74,9 +75,12 @@ struct Db {
 struct DbSource(Arc<Db>);
 
 impl KeySource for DbSource {
+    type Key = u64;
     type Error = std::convert::Infallible;
 
-    fn keys(&self) -> impl Stream<Item = Result<impl Key + Send + '_, Self::Error>> + Send + '_ {
+    fn keys(
+        &self,
+    ) -> impl Stream<Item = Result<impl KeyFor<u64> + Send + '_, Self::Error>> + Send + '_ {
         let db = &*self.0;
         let mut snapshot = db.committed.lock().unwrap().clone();
         db.last_snapshot_len.store(snapshot.len(), SeqCst);
@@ -95,7 +99,7 @@ impl KeySource for DbSource {
     }
 }
 
-async fn writer(filter: SharedFilter, db: Arc<Db>, id: u64, visible: Arc<AtomicU64>) {
+async fn writer(filter: SharedFilter<u64>, db: Arc<Db>, id: u64, visible: Arc<AtomicU64>) {
     let mut i = 0;
     while !db.done.load(SeqCst) {
         if i >= (db.snapshots.load(SeqCst) + 1) * ALLOWANCE {
@@ -134,7 +138,7 @@ async fn writer(filter: SharedFilter, db: Arc<Db>, id: u64, visible: Arc<AtomicU
 }
 
 /// Looks up every key inserted so far, over and over; returns the ones it did not find.
-async fn querier(filter: SharedFilter, db: Arc<Db>, visible: Vec<Arc<AtomicU64>>) -> Vec<u64> {
+async fn querier(filter: SharedFilter<u64>, db: Arc<Db>, visible: Vec<Arc<AtomicU64>>) -> Vec<u64> {
     let mut missed = Vec::new();
     loop {
         let last_pass = db.done.load(SeqCst);
@@ -183,7 +187,7 @@ async fn a_counting_filter_misses_no_key_through_100_rebuilds_with_deletes() {
         .expected_items(200_000)
         .false_positive_rate(0.01)
         .seed(0x5EED)
-        .build_counting()
+        .build()
         .unwrap();
     let filter = SharedFilter::new(counting);
     let db = rebuilds_under_load(filter.clone(), true).await;
@@ -222,7 +226,7 @@ async fn a_counting_filter_misses_no_key_through_100_rebuilds_with_deletes() {
 
 /// Runs writers (and deleters) and queriers through `REBUILDS` back-to-back rebuilds and
 /// asserts no committed, undeleted key was ever reported absent.
-async fn rebuilds_under_load(filter: SharedFilter, deletes: bool) -> Arc<Db> {
+async fn rebuilds_under_load(filter: SharedFilter<u64>, deletes: bool) -> Arc<Db> {
     let db = Arc::new(Db {
         deletes,
         ..Db::default()
@@ -300,7 +304,11 @@ async fn rebuilds_under_load(filter: SharedFilter, deletes: bool) -> Arc<Db> {
 
 /// A source that yields `0..fail_at`, inserting `during` into the filter halfway (as a writer
 /// would, while the rebuild runs), then fails.
-fn failing_source(filter: SharedFilter, fail_at: u64, during: Vec<u64>) -> impl KeySource {
+fn failing_source(
+    filter: SharedFilter<u64>,
+    fail_at: u64,
+    during: Vec<u64>,
+) -> impl KeySource<Key = u64> {
     key_source::from_stream(move || {
         let filter = filter.clone();
         let during = during.clone();
@@ -352,7 +360,7 @@ async fn a_rebuild_whose_source_fails_midway_leaves_the_old_filter_serving() {
 /// during it, inserts work, and the next rebuild runs (as a rebuild of its own, not `Joined`
 /// to the one that ended) and holds every key.
 async fn old_filter_kept_every_key_and_the_next_rebuild_runs(
-    filter: &SharedFilter,
+    filter: &SharedFilter<u64>,
     initial: &[u64],
     during: &[u64],
 ) {
@@ -373,11 +381,11 @@ async fn old_filter_kept_every_key_and_the_next_rebuild_runs(
 
 /// Yields `0..n` (inserting `during` halfway), then signals `reached` and never ends.
 fn stalling_source(
-    filter: SharedFilter,
+    filter: SharedFilter<u64>,
     n: u64,
     during: Vec<u64>,
     reached: Arc<Notify>,
-) -> impl KeySource {
+) -> impl KeySource<Key = u64> {
     key_source::from_stream(move || {
         let (filter, during, reached) = (filter.clone(), during.clone(), Arc::clone(&reached));
         let keys = stream::iter(0..n).map(move |i| {
@@ -446,9 +454,12 @@ impl Gated {
 }
 
 impl KeySource for Gated {
+    type Key = u64;
     type Error = std::io::Error;
 
-    fn keys(&self) -> impl Stream<Item = Result<impl Key + Send + '_, Self::Error>> + Send + '_ {
+    fn keys(
+        &self,
+    ) -> impl Stream<Item = Result<impl KeyFor<u64> + Send + '_, Self::Error>> + Send + '_ {
         self.calls.fetch_add(1, SeqCst);
         self.started.notify_one();
         let gate = stream::once(self.release.notified()).filter_map(|()| async { None });
@@ -464,7 +475,7 @@ impl KeySource for Gated {
 /// Starts a rebuild from `running` in a task and waits until it is streaming; then polls a
 /// second `reload_from(waiter)` once so that it is queued behind the first.
 async fn run_while_another_waits<'a>(
-    filter: &'a SharedFilter,
+    filter: &'a SharedFilter<u64>,
     running: Arc<Gated>,
     waiter: &'a Gated,
 ) -> (
@@ -551,7 +562,7 @@ fn shared_vec(keys: impl IntoIterator<Item = u64>) -> Arc<Mutex<Vec<u64>>> {
     Arc::new(Mutex::new(keys.into_iter().collect()))
 }
 
-fn source_of(keys: &Arc<Mutex<Vec<u64>>>) -> impl KeySource + Send + Sync + 'static {
+fn source_of(keys: &Arc<Mutex<Vec<u64>>>) -> impl KeySource<Key = u64> + Send + Sync + 'static {
     let keys = Arc::clone(keys);
     key_source::from_iter(move || keys.lock().unwrap().clone())
 }
@@ -656,14 +667,16 @@ async fn inserting_past_capacity_warns_once_per_filter() {
 #[tokio::test]
 async fn a_false_positive_rate_over_twice_the_target_is_saturation() {
     // Sized by bits (no capacity): only the false-positive rate can tell.
-    let filter = SharedFilter::builder().false_positive_rate(0.01).build(
-        BloomFilter::builder()
-            .bits(1024)
-            .hashes(7)
-            .seed(3)
-            .build()
-            .unwrap(),
-    );
+    let filter = SharedFilter::<u64>::builder()
+        .false_positive_rate(0.01)
+        .build(
+            BloomFilter::builder()
+                .bits(1024)
+                .hashes(7)
+                .seed(3)
+                .build()
+                .unwrap(),
+        );
     for key in 0..200u64 {
         filter.insert(&key);
     }
@@ -679,7 +692,7 @@ async fn a_false_positive_rate_over_twice_the_target_is_saturation() {
 
 #[tokio::test(start_paused = true)]
 async fn auto_grow_rebuilds_at_double_capacity_without_waiting_for_the_schedule() {
-    let filter = SharedFilter::builder().auto_grow(true).build(
+    let filter = SharedFilter::<u64>::builder().auto_grow(true).build(
         BloomFilter::builder()
             .expected_items(100)
             .false_positive_rate(0.01)
@@ -774,7 +787,7 @@ mod recorder {
 #[test]
 fn saturation_and_rebuild_outcomes_are_emitted_as_metrics() {
     let recorder = recorder::Counting::default();
-    let filter = SharedFilter::builder().name("users").build(
+    let filter = SharedFilter::<u64>::builder().name("users").build(
         BloomFilter::builder()
             .expected_items(10)
             .false_positive_rate(0.01)
@@ -866,7 +879,9 @@ fn all_ones(seed: u128) -> BloomFilter {
 
 #[tokio::test]
 async fn auto_grow_from_an_all_ones_filter_doubles_the_capacity_and_rebuilds() {
-    let filter = SharedFilter::builder().auto_grow(true).build(all_ones(21));
+    let filter = SharedFilter::<u64>::builder()
+        .auto_grow(true)
+        .build(all_ones(21));
     let report = filter.check_saturation();
     assert!(report.saturated, "{report:?}");
     assert_eq!(report.estimated_items, f64::INFINITY);
@@ -906,7 +921,7 @@ async fn auto_grow_from_an_all_ones_filter_sized_by_bits_rebuilds_at_once() {
         by_bits.insert(&key);
     }
     assert_eq!(by_bits.estimated_items(), f64::INFINITY);
-    let filter = SharedFilter::builder()
+    let filter = SharedFilter::<u64>::builder()
         .auto_grow(true)
         .false_positive_rate(0.01)
         .build(by_bits);

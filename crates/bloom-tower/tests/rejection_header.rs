@@ -32,7 +32,7 @@ async fn user(Path(id): Path<u64>) -> (StatusCode, String) {
 struct Server {
     addr: SocketAddr,
     client: Client<HttpConnector, Empty<Bytes>>,
-    filter: SharedFilter,
+    filter: SharedFilter<u64>,
 }
 
 impl Server {

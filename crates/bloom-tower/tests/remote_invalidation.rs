@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bloom_tower::shared_filter::InsertHook;
 use bloom_tower::{BloomFilter, CountingBloomFilter, GuardedCache, SharedFilter};
 
 #[derive(Debug, thiserror::Error)]
@@ -21,7 +22,7 @@ fn seeded(seed: u128) -> BloomFilter {
 }
 
 /// Instance B: a filter that already holds `keys` (replicated from A) and a cache over it.
-fn instance(keys: &[u64]) -> (SharedFilter, GuardedCache<u64, String>) {
+fn instance(keys: &[u64]) -> (SharedFilter<u64>, GuardedCache<u64, String>) {
     let filter = SharedFilter::new(seeded(1));
     for key in keys {
         filter.insert(key);
@@ -45,10 +46,10 @@ fn loader(
 }
 
 /// A hook that records every key it is called with.
-fn recorder() -> (bloom_tower::InsertHook, Arc<Mutex<Vec<Vec<u8>>>>) {
+fn recorder() -> (InsertHook, Arc<Mutex<Vec<Vec<u8>>>>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let log = Arc::clone(&seen);
-    let hook: bloom_tower::InsertHook = Arc::new(move |key: &[u8]| {
+    let hook: InsertHook = Arc::new(move |key: &[u8]| {
         log.lock().unwrap().push(key.to_vec());
     });
     (hook, seen)
@@ -56,17 +57,17 @@ fn recorder() -> (bloom_tower::InsertHook, Arc<Mutex<Vec<Vec<u8>>>>) {
 
 #[test]
 fn filters_with_the_same_hash_key_agree_on_digests_and_others_do_not() {
-    let a = SharedFilter::new(seeded(7));
-    let b = SharedFilter::builder().name("b").build(seeded(7));
-    let counting = SharedFilter::new(
+    let a = SharedFilter::<u64>::new(seeded(7));
+    let b = SharedFilter::<u64>::builder().name("b").build(seeded(7));
+    let counting = SharedFilter::<u64>::new(
         CountingBloomFilter::builder()
             .expected_items(100)
             .false_positive_rate(0.01)
             .seed(7)
-            .build_counting()
+            .build()
             .unwrap(),
     );
-    let other = SharedFilter::new(seeded(8));
+    let other = SharedFilter::<u64>::new(seeded(8));
     for key in 0..100u64 {
         let digest = a.key_digest(&key);
         assert_eq!(digest, b.key_digest(&key));
@@ -77,7 +78,8 @@ fn filters_with_the_same_hash_key_agree_on_digests_and_others_do_not() {
         );
         assert_eq!(
             digest,
-            a.key_digest(&key.to_le_bytes()[..]),
+            // On purpose a byte key on the `u64` filter: through an untyped handle.
+            a.untyped().key_digest(&key.to_le_bytes()[..]),
             "a key is its bytes"
         );
         assert_ne!(
@@ -194,7 +196,7 @@ async fn a_load_in_flight_during_a_remote_create_leaves_no_not_found_behind() {
 
 #[tokio::test]
 async fn forgetting_a_digest_nothing_has_is_harmless() {
-    let lonely = SharedFilter::new(seeded(1));
+    let lonely = SharedFilter::<u64>::new(seeded(1));
     lonely.forget_remote(12345); // no cache at all
 
     let (filter, cache) = instance(&[7, 8]);
@@ -277,7 +279,7 @@ async fn a_dropped_pending_insert_calls_the_commit_hook_now_and_after_the_late_p
 
 #[test]
 fn a_pending_insert_dropped_without_a_runtime_still_calls_the_commit_hook() {
-    let filter = SharedFilter::new(seeded(1));
+    let filter = SharedFilter::<String>::new(seeded(1));
     let (hook, seen) = recorder();
     filter.set_commit_hook(Some(hook));
     drop(filter.prepare_insert("k"));

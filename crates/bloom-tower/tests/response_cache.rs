@@ -147,7 +147,8 @@ async fn start_guarded() -> GuardedApp {
     let cache = ResponseCache::builder(key::path_param("id"))
         .negative_ttl(Duration::from_secs(60))
         .build();
-    let filter = SharedFilter::new(
+    // The ids are inserted as text, as the guard's `path_param("id")` finds them.
+    let filter = SharedFilter::<String>::new(
         BloomFilter::builder()
             .expected_items(1_000)
             .false_positive_rate(0.01)

@@ -1,10 +1,13 @@
 //! Snapshots: a saved filter loads back identical (and verifying: it cannot know what was
 //! created since it was saved); a damaged file is reported as corrupt.
 
+use bloom_tower::key::AnyKey;
 use bloom_tower::{BloomFilter, SharedFilter};
 
-fn filled() -> SharedFilter {
-    let filter = SharedFilter::new(BloomFilter::new(10_000, 0.01).unwrap());
+/// Integer ids and a text key in one filter, on purpose: a snapshot keeps whatever keys a
+/// filter holds, so the filter is untyped.
+fn filled() -> SharedFilter<AnyKey> {
+    let filter = SharedFilter::<AnyKey>::new(BloomFilter::new(10_000, 0.01).unwrap());
     for key in 0..2_000u64 {
         filter.insert(&key);
     }
@@ -19,7 +22,7 @@ async fn a_saved_filter_loads_back_with_the_same_answers() {
     let filter = filled();
     filter.save(&path).await.unwrap();
 
-    let loaded = SharedFilter::builder()
+    let loaded = SharedFilter::<AnyKey>::builder()
         .name("users")
         .load(&path)
         .await
@@ -49,7 +52,7 @@ async fn a_saved_filter_loads_back_with_the_same_answers() {
 async fn saving_replaces_the_file_and_leaves_no_temporary_behind() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("users.bloom");
-    SharedFilter::new(BloomFilter::new(100, 0.01).unwrap())
+    SharedFilter::<u64>::new(BloomFilter::new(100, 0.01).unwrap())
         .save(&path)
         .await
         .unwrap();
@@ -61,7 +64,12 @@ async fn saving_replaces_the_file_and_leaves_no_temporary_behind() {
         .map(|entry| entry.unwrap().file_name())
         .collect();
     assert_eq!(names, ["users.bloom"]);
-    assert!(SharedFilter::load(&path).await.unwrap().contains(&1_999u64));
+    assert!(
+        SharedFilter::<AnyKey>::load(&path)
+            .await
+            .unwrap()
+            .contains(&1_999u64)
+    );
 }
 
 #[tokio::test]
@@ -79,7 +87,7 @@ async fn a_corrupt_snapshot_is_an_error_that_says_so() {
 
     for damaged in [&flipped[..], truncated, &garbage] {
         std::fs::write(&path, damaged).unwrap();
-        let error = SharedFilter::load(&path).await.unwrap_err();
+        let error = SharedFilter::<AnyKey>::load(&path).await.unwrap_err();
         assert!(error.is_corrupt(), "{error:?}");
         assert_eq!(error.path(), path);
         let message = error.to_string();
@@ -96,7 +104,7 @@ async fn a_corrupt_snapshot_is_an_error_that_says_so() {
 async fn a_missing_file_or_directory_is_an_io_error_not_corruption() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("never-saved.bloom");
-    let error = SharedFilter::load(&missing).await.unwrap_err();
+    let error = SharedFilter::<AnyKey>::load(&missing).await.unwrap_err();
     assert!(!error.is_corrupt());
     assert!(error.to_string().contains("never-saved.bloom"), "{error}");
 

@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bloom_tower::key::KeyFor;
 use bloom_tower::key_source::Watermark;
-use bloom_tower::{
-    BloomFilter, CountingBloomFilter, GuardedCache, Key, KeySource, SharedFilter, Started,
-};
+use bloom_tower::shared_filter::{RemoveOutcome, Started};
+use bloom_tower::{BloomFilter, CountingBloomFilter, GuardedCache, KeySource, SharedFilter};
 use futures_util::{Stream, stream};
 
 /// An append-only table of ids: its watermark is the number of rows, `keys_since(n)` the rows
@@ -39,9 +39,12 @@ impl Table {
 }
 
 impl KeySource for Table {
+    type Key = u64;
     type Error = io::Error;
 
-    fn keys(&self) -> impl Stream<Item = Result<impl Key + Send + '_, io::Error>> + Send + '_ {
+    fn keys(
+        &self,
+    ) -> impl Stream<Item = Result<impl KeyFor<u64> + Send + '_, io::Error>> + Send + '_ {
         stream::iter(self.all().into_iter().map(Ok))
     }
 
@@ -61,7 +64,7 @@ impl KeySource for Table {
     fn keys_since<'a>(
         &'a self,
         since: &'a Watermark,
-    ) -> impl Stream<Item = Result<impl Key + Send + 'a, io::Error>> + Send + 'a {
+    ) -> impl Stream<Item = Result<impl KeyFor<u64> + Send + 'a, io::Error>> + Send + 'a {
         let since = since.to_u64().expect("a watermark this table wrote") as usize;
         let rows = self.all();
         let fail = self.fail_since.load(SeqCst);
@@ -88,7 +91,11 @@ fn plain(seed: u128) -> BloomFilter {
 }
 
 /// Starts the filter "users" with its snapshot in `dir`.
-async fn start(dir: &tempfile::TempDir, table: &Arc<Table>, seed: u128) -> (SharedFilter, Started) {
+async fn start(
+    dir: &tempfile::TempDir,
+    table: &Arc<Table>,
+    seed: u128,
+) -> (SharedFilter<u64>, Started) {
     SharedFilter::builder()
         .name("users")
         .snapshot(dir.path().join("users.bloom"))
@@ -98,7 +105,7 @@ async fn start(dir: &tempfile::TempDir, table: &Arc<Table>, seed: u128) -> (Shar
         .unwrap()
 }
 
-fn missing(filter: &SharedFilter, table: &Table) -> Vec<u64> {
+fn missing(filter: &SharedFilter<u64>, table: &Table) -> Vec<u64> {
     table
         .all()
         .into_iter()
@@ -181,9 +188,9 @@ async fn a_snapshot_from_another_hash_key_kind_or_name_is_refused_and_the_source
         .expected_items(1_000)
         .false_positive_rate(0.01)
         .seed(7)
-        .build_counting()
+        .build()
         .unwrap();
-    let (filter, started) = SharedFilter::builder()
+    let (filter, started) = SharedFilter::<u64>::builder()
         .name("users")
         .snapshot(&path)
         .start(counting, &table)
@@ -198,7 +205,7 @@ async fn a_snapshot_from_another_hash_key_kind_or_name_is_refused_and_the_source
 
     // Another name: another filter's snapshot copied to the wrong place.
     std::fs::write(&path, &saved).unwrap();
-    let (_, started) = SharedFilter::builder()
+    let (_, started) = SharedFilter::<u64>::builder()
         .name("orders")
         .snapshot(&path)
         .start(plain(7), &table)
@@ -358,9 +365,12 @@ struct Gated {
 }
 
 impl KeySource for Gated {
+    type Key = u64;
     type Error = io::Error;
 
-    fn keys(&self) -> impl Stream<Item = Result<impl Key + Send + '_, io::Error>> + Send + '_ {
+    fn keys(
+        &self,
+    ) -> impl Stream<Item = Result<impl KeyFor<u64> + Send + '_, io::Error>> + Send + '_ {
         let rows = self.table.all();
         stream::once(async move {
             self.read.notify_one();
@@ -443,12 +453,12 @@ async fn a_create_cancelled_inside_its_after_commit_work_still_finishes_it() {
 
 #[tokio::test]
 async fn a_create_counts_its_key_once_in_a_counting_filter() {
-    let filter = SharedFilter::new(
+    let filter = SharedFilter::<u64>::new(
         CountingBloomFilter::builder()
             .expected_items(1_000)
             .false_positive_rate(0.001)
             .seed(5)
-            .build_counting()
+            .build()
             .unwrap(),
     );
     let before = filter.generation();
@@ -456,7 +466,7 @@ async fn a_create_counts_its_key_once_in_a_counting_filter() {
     pending.committed().await;
     assert_eq!(
         filter.remove(&9u64, before).unwrap(),
-        bloom_tower::RemoveOutcome::Removed
+        RemoveOutcome::Removed
     );
     assert!(
         !filter.contains(&9u64),
@@ -467,7 +477,7 @@ async fn a_create_counts_its_key_once_in_a_counting_filter() {
     drop(filter.prepare_insert(&10u64));
     assert_eq!(
         filter.remove(&10u64, before).unwrap(),
-        bloom_tower::RemoveOutcome::Removed
+        RemoveOutcome::Removed
     );
     assert!(!filter.contains(&10u64));
 }

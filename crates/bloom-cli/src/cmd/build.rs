@@ -4,7 +4,7 @@ use std::ffi::OsString;
 use std::io::{self, Write};
 use std::path::PathBuf;
 
-use anyhow::{Result, anyhow, bail};
+use anyhow::{Context, Result, bail};
 use bloom_core::{BloomFilter, Layout};
 use indicatif::HumanBytes;
 
@@ -101,7 +101,7 @@ pub fn run(args: &Args) -> Result<()> {
     }
     let filter = builder
         .build()
-        .map_err(|e| anyhow!("cannot size the filter for {items} items: {e}"))?;
+        .with_context(|| format!("cannot size the filter for {items} items"))?;
 
     let total_bytes = sources.iter().map(Source::len).sum::<Option<u64>>();
     let bar = Progress::bytes(show, "inserting", total_bytes);

@@ -1,6 +1,6 @@
 //! `bloom calc`: how big a filter for N keys at rate P is, before building it.
 
-use anyhow::{Result, anyhow};
+use anyhow::{Context, Result};
 use bloom_core::{Layout, params};
 use indicatif::HumanBytes;
 
@@ -29,8 +29,8 @@ pub struct Args {
 /// Prints the sizing.
 pub fn run(args: &Args) -> Result<()> {
     let layout = Layout::from(args.layout);
-    let sized = params::for_layout(layout, args.items, args.fpr)
-        .map_err(|e| anyhow!("cannot size the filter: {e}"))?;
+    let sized =
+        params::for_layout(layout, args.items, args.fpr).context("cannot size the filter")?;
     let bytes = sized.bits.div_ceil(64) * 8;
     let expected = params::expected_fpr(layout, sized.bits, sized.hashes, args.items as f64);
     crate::cmd::print(&format!(

@@ -9,7 +9,7 @@ use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, anyhow, bail};
+use anyhow::{Context, Result, bail};
 use bloom_core::{BloomFilter, Layout, params};
 use indicatif::HumanBytes;
 
@@ -84,9 +84,7 @@ pub fn run(args: &Args) -> Result<()> {
             if let Some(seed) = args.seed {
                 builder = builder.seed(seed);
             }
-            builder
-                .build()
-                .map_err(|e| anyhow!("cannot size the filter: {e}"))?
+            builder.build().context("cannot size the filter")?
         }
     };
     let setup = setup.elapsed();
@@ -152,8 +150,8 @@ fn check_state(filter: &BloomFilter, args: &Args, layout: Layout, name: &str) ->
             filter.layout()
         );
     }
-    let want = params::for_layout(layout, args.items, args.fpr)
-        .map_err(|e| anyhow!("cannot size the filter: {e}"))?;
+    let want =
+        params::for_layout(layout, args.items, args.fpr).context("cannot size the filter")?;
     if filter.num_bits() != want.bits || filter.num_hashes() != want.hashes {
         bail!(
             "{name}: the state has m = {} bits, k = {}, but --items {} --fpr {} give m = {}, \

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Result, anyhow};
+use anyhow::{Context, Result, anyhow};
 
 use crate::output::AtomicFile;
 
@@ -35,12 +35,11 @@ pub fn run(args: &Args) -> Result<()> {
     let merged = crate::filter_file::load_plain(first, "merge")?;
     for path in rest {
         let other = crate::filter_file::load_plain(path, "merge")?;
-        merged.union(&other).map_err(|e| {
-            anyhow!(
-                "{} and {} cannot be merged: {}",
+        merged.union(&other).with_context(|| {
+            format!(
+                "{} and {} cannot be merged",
                 first.display(),
-                path.display(),
-                e.mismatch()
+                path.display()
             )
         })?;
     }

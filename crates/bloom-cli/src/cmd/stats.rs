@@ -78,7 +78,7 @@ impl Figures {
                     estimated: s.estimated_items(),
                     current: s.current_fpr(),
                     capacity: None,
-                    target: Some(s.target_fpr()),
+                    target: s.target_fpr(),
                     at_capacity: None,
                     saturated_counters: None,
                     stages: Some(stages),

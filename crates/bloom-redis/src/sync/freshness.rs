@@ -19,7 +19,9 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use super::{Inner, lock};
-use crate::{RedisSyncBuilder, StalePolicy, names};
+#[cfg(feature = "metrics")]
+use crate::names;
+use crate::{RedisSyncBuilder, StalePolicy};
 
 pub(super) struct Freshness {
     base: Instant,
@@ -123,10 +125,12 @@ impl Freshness {
         };
         if allowed {
             self.let_through.fetch_add(1, Relaxed);
+            #[cfg(feature = "metrics")]
             metrics::counter!(names::STALE_LET_THROUGH, "prefix" => self.prefix.clone())
                 .increment(1);
         } else {
             self.rejected.fetch_add(1, Relaxed);
+            #[cfg(feature = "metrics")]
             metrics::counter!(names::STALE_REJECTED, "prefix" => self.prefix.clone()).increment(1);
         }
         allowed
@@ -300,13 +304,16 @@ impl Freshness {
             }
             _ => {}
         }
-        metrics::gauge!(names::STALE, "prefix" => self.prefix.clone()).set(if fresh {
-            0.0
-        } else {
-            1.0
-        });
-        metrics::gauge!(names::INSTANCES, "prefix" => self.prefix.clone())
-            .set(view.members.len() as f64);
+        #[cfg(feature = "metrics")]
+        {
+            metrics::gauge!(names::STALE, "prefix" => self.prefix.clone()).set(if fresh {
+                0.0
+            } else {
+                1.0
+            });
+            metrics::gauge!(names::INSTANCES, "prefix" => self.prefix.clone())
+                .set(view.members.len() as f64);
+        }
     }
 
     pub(super) fn report(&self) -> Report {

@@ -10,7 +10,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 
 use bloom_core::BloomFilter;
-use bloom_tower::{Building, CurrentFilter};
+use bloom_tower::shared_filter::{Building, CurrentFilter};
 
 use super::{Inner, lock};
 use crate::Error;

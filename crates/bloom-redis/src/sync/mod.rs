@@ -26,33 +26,50 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use std::future::Future;
 use std::pin::Pin;
 
+use bloom_tower::SharedFilter;
+use bloom_tower::key::{AnyKey, KeyFor};
 use bloom_tower::key_source::{BoxError, KeySource};
-use bloom_tower::shared_filter::{ErasedKeySource, ExternalRebuild};
-use bloom_tower::{Reloaded, SharedFilter};
+use bloom_tower::shared_filter::{ErasedKeySource, ExternalRebuild, Reloaded};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+#[cfg(feature = "metrics")]
+use crate::names;
 use crate::protocol::{Keys, Shape};
-use crate::{Error, Rebuilt, ReconcileReport, RedisStats, RedisSyncBuilder, names};
+use crate::{Error, Rebuilt, ReconcileReport, RedisStats, RedisSyncBuilder};
 use freshness::Freshness;
 use generations::Build;
 use publisher::Outbox;
 
-/// Keeps a [`SharedFilter`] in sync with the same filter on every other instance, through
+/// Keeps a [`SharedFilter<K>`] in sync with the same filter on every other instance, through
 /// Redis. See the [crate docs](crate) for the design and its guarantees.
+///
+/// `K` is the filter's key type (as in [`SharedFilter<K>`]): the sources it rebuilds from must
+/// yield keys of that type ([`KeyFor<K>`]), so a `u64` filter is not rebuilt from `String`s
+/// through this crate either. Use [`AnyKey`] only for a filter of mixed keys.
+///
+/// ```compile_fail
+/// # async fn example(sync: bloom_redis::RedisSync<u64>) {
+/// let names: Vec<String> = vec!["ada".into()];
+/// sync.rebuild(&names).await; // error: `String` is not a key of type `u64`
+/// # }
+/// ```
 ///
 /// Dropping it (or [`shutdown`](Self::shutdown)) stops the synchronisation; the filter keeps
 /// serving locally. [`leave`](Self::leave) does the same after telling the other instances,
 /// so that they do not wait for this one's heartbeats.
-pub struct RedisSync {
+pub struct RedisSync<K: ?Sized> {
     inner: Arc<Inner>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// The typed handle given to `connect` (the background tasks use an untyped one).
+    filter: SharedFilter<K>,
 }
 
 /// What the background tasks share.
 struct Inner {
-    filter: SharedFilter,
+    /// Untyped: the synchronisation moves bits and key bytes, whatever the key type.
+    filter: SharedFilter<AnyKey>,
     shape: Shape,
     keys: Keys,
     prefix: String,
@@ -112,19 +129,37 @@ fn random_id() -> u64 {
     u64::from_le_bytes(bytes) | 1
 }
 
-impl RedisSync {
+impl RedisSync<AnyKey> {
     /// Starts configuring the synchronisation with the Redis at `url`
     /// (`redis://[:password@]host:port[/db]`, or `rediss://` with the `tls` feature).
+    ///
+    /// The key type comes from the filter given to
+    /// [`connect`](RedisSyncBuilder::connect), which returns a `RedisSync<K>`; this function
+    /// lives on `RedisSync<AnyKey>` only so that `RedisSync::builder(url)` needs no annotation.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use bloom_redis::RedisSync;
+    ///
+    /// let builder = RedisSync::builder("redis://:password@127.0.0.1:6379/0")
+    ///     .prefix("myapp:users")
+    ///     .reconcile_every(Duration::from_secs(30));
+    /// # let _ = builder;
+    /// ```
     pub fn builder(url: &str) -> RedisSyncBuilder {
         RedisSyncBuilder::new(url)
     }
+}
 
+impl<K: ?Sized> RedisSync<K> {
     pub(crate) async fn connect(
         cfg: RedisSyncBuilder,
-        filter: SharedFilter,
+        typed: &SharedFilter<K>,
     ) -> Result<Self, Error> {
         // Before this crate registers any metric: HELP text and units.
+        #[cfg(feature = "metrics")]
         names::describe_once();
+        let filter = typed.untyped();
         let current = filter.current();
         let shape = match current.as_plain() {
             Some(plain) => Shape::of(plain),
@@ -183,6 +218,7 @@ impl RedisSync {
         let sync = Self {
             inner,
             tasks: Mutex::new(tasks),
+            filter: typed.clone(),
         };
         // Serve fresh from the start where possible: the subscription, its catch-up pull and
         // our own first heartbeat take a few milliseconds. Bounded: a Redis that stalls right
@@ -203,12 +239,29 @@ impl RedisSync {
         Ok(sync)
     }
 
-    /// The synchronised filter (the one given to `connect`).
-    pub fn filter(&self) -> &SharedFilter {
-        &self.inner.filter
+    /// The synchronised filter (a handle on the one given to `connect`).
+    ///
+    /// ```no_run
+    /// # async fn example(sync: bloom_redis::RedisSync<u64>) -> Result<(), Box<dyn std::error::Error>> {
+    /// let filter = sync.filter(); // a `SharedFilter<u64>`
+    /// filter.insert(&42u64);
+    /// assert!(filter.contains(&42u64));
+    /// # Ok(()) }
+    /// ```
+    pub fn filter(&self) -> &SharedFilter<K> {
+        &self.filter
     }
 
     /// Connection and freshness state, and counters.
+    ///
+    /// ```no_run
+    /// # async fn example(sync: bloom_redis::RedisSync<u64>) -> Result<(), Box<dyn std::error::Error>> {
+    /// let stats = sync.stats();
+    /// if !stats.fresh {
+    ///     eprintln!("stale for {:?}: {:?}", stats.stale_for, stats.stale_reason);
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn stats(&self) -> RedisStats {
         let inner = &*self.inner;
         let c = &inner.counters;
@@ -258,12 +311,25 @@ impl RedisSync {
     /// heartbeats, have gone (or are about to go) stale, so their
     /// [`StalePolicy`](crate::StalePolicy) applies. Committing anyway is safe under the default
     /// policy; a service that prefers to refuse the create can do so here.
+    ///
+    /// ```no_run
+    /// # async fn example(sync: bloom_redis::RedisSync<u64>) -> Result<(), Box<dyn std::error::Error>> {
+    /// // A create: insert, wait until every instance can have the key, commit.
+    /// let pending = sync.filter().prepare_insert(&42u64);
+    /// if let Err(error) = sync.propagated().await {
+    ///     eprintln!("{error}"); // committing anyway is safe under the default stale policy
+    /// }
+    /// // INSERT INTO users … COMMIT
+    /// pending.committed().await;
+    /// # Ok(()) }
+    /// ```
     pub async fn propagated(&self) -> Result<(), Error> {
         let waited = self.inner.cfg.effective_publish_timeout();
         if self.inner.outbox.wait_published(waited).await {
             return Ok(());
         }
         self.inner.counters.not_propagated.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
         metrics::counter!(names::NOT_PROPAGATED, "prefix" => self.inner.prefix.clone())
             .increment(1);
         tracing::warn!(prefix = %self.inner.prefix, ?waited, "inserts not published to Redis in time; the other instances treat their views as stale");
@@ -271,6 +337,13 @@ impl RedisSync {
     }
 
     /// Reconciles now (both directions), instead of waiting for the next interval.
+    ///
+    /// ```no_run
+    /// # async fn example(sync: bloom_redis::RedisSync<u64>) -> Result<(), Box<dyn std::error::Error>> {
+    /// let report = sync.reconcile_now().await?;
+    /// println!("pulled {} bytes, pushed {}", report.bytes_pulled, report.bytes_pushed);
+    /// # Ok(()) }
+    /// ```
     pub async fn reconcile_now(&self) -> Result<ReconcileReport, Error> {
         let result = self.inner.reconcile().await;
         match &result {
@@ -295,13 +368,42 @@ impl RedisSync {
     /// than [`min_rebuild_fraction`](RedisSyncBuilder::min_rebuild_fraction) of the serving
     /// one's keys (see [`force_rebuild`](Self::force_rebuild)); [`Error::Fenced`] if the lock
     /// was lost.
-    pub async fn rebuild<S: KeySource + ?Sized>(&self, source: &S) -> Result<Rebuilt, Error> {
+    ///
+    /// ```no_run
+    /// # async fn example(sync: bloom_redis::RedisSync<u64>) -> Result<(), Box<dyn std::error::Error>> {
+    /// use bloom_redis::Rebuilt;
+    ///
+    /// let ids: Vec<u64> = vec![1, 2, 3]; // every current key, e.g. `SELECT id FROM users`
+    /// match sync.rebuild(&ids).await? {
+    ///     Rebuilt::Rebuilt { keys, generation } => println!("generation {generation}: {keys} keys"),
+    ///     Rebuilt::Skipped => println!("another instance is rebuilding"),
+    ///     _ => {}
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn rebuild<S>(&self, source: &S) -> Result<Rebuilt, Error>
+    where
+        S: KeySource + ?Sized,
+        S::Key: KeyFor<K>,
+    {
         self.inner.rebuild(source, false).await
     }
 
     /// [`rebuild`](Self::rebuild) without the check on the new generation's size: for when
     /// most keys really were deleted.
-    pub async fn force_rebuild<S: KeySource + ?Sized>(&self, source: &S) -> Result<Rebuilt, Error> {
+    ///
+    /// ```no_run
+    /// # async fn example(sync: bloom_redis::RedisSync<u64>) -> Result<(), Box<dyn std::error::Error>> {
+    /// // Most users really were deleted: switch even though the new generation is much smaller.
+    /// let remaining: Vec<u64> = vec![7];
+    /// sync.force_rebuild(&remaining).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn force_rebuild<S>(&self, source: &S) -> Result<Rebuilt, Error>
+    where
+        S: KeySource + ?Sized,
+        S::Key: KeyFor<K>,
+    {
         self.inner.rebuild(source, true).await
     }
 
@@ -311,19 +413,41 @@ impl RedisSync {
     /// from an old dump, evicted keys) and instances that joined since miss keys. Call it
     /// after `connect`, before serving; [`rebuild_every`](Self::rebuild_every) calls it when
     /// it starts. `Ok(None)`: nothing was lost (or the source gives no count).
-    pub async fn refill_if_lost<S: KeySource + ?Sized>(
-        &self,
-        source: &S,
-    ) -> Result<Option<Rebuilt>, Error> {
+    ///
+    /// ```no_run
+    /// # async fn example(sync: bloom_redis::RedisSync<u64>) -> Result<(), Box<dyn std::error::Error>> {
+    /// let ids: Vec<u64> = vec![1, 2, 3]; // a source with a count hint
+    /// if let Some(outcome) = sync.refill_if_lost(&ids).await? {
+    ///     println!("Redis had lost keys: {outcome:?}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn refill_if_lost<S>(&self, source: &S) -> Result<Option<Rebuilt>, Error>
+    where
+        S: KeySource + ?Sized,
+        S::Key: KeyFor<K>,
+    {
         self.inner.refill_if_lost(source).await
     }
 
     /// Calls [`refill_if_lost`](Self::refill_if_lost) now, then [`rebuild`](Self::rebuild)
     /// every `interval`, in a background task (stopped with this value). Every instance may
     /// run one: the lock lets one rebuild at a time.
+    ///
+    /// ```no_run
+    /// # async fn example(sync: bloom_redis::RedisSync<u64>) -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use bloom_tower::key_source;
+    ///
+    /// // Rebuilt hourly from the database (here a stand-in iterator of the ids).
+    /// let source = key_source::from_iter(|| (1..=1_000u64).collect::<Vec<_>>());
+    /// sync.rebuild_every(Duration::from_secs(3600), source);
+    /// # Ok(()) }
+    /// ```
     pub fn rebuild_every<S>(&self, interval: Duration, source: S)
     where
         S: KeySource + Send + Sync + 'static,
+        S::Key: KeyFor<K>,
     {
         let inner = Arc::clone(&self.inner);
         let task = tokio::spawn(async move {
@@ -353,6 +477,13 @@ impl RedisSync {
     /// then tells the other instances this one is leaving (so they stop waiting for its
     /// heartbeats at once instead of after `member_timeout`). Call it on a clean shutdown
     /// (SIGTERM).
+    ///
+    /// ```no_run
+    /// # async fn example(sync: bloom_redis::RedisSync<u64>) -> Result<(), Box<dyn std::error::Error>> {
+    /// // On SIGTERM:
+    /// sync.leave().await;
+    /// # Ok(()) }
+    /// ```
     pub async fn leave(&self) {
         let _ = self.propagated().await;
         // Stop publishing before the goodbye: a heartbeat sent after it would make the others
@@ -370,6 +501,14 @@ impl RedisSync {
 
     /// Stops the background tasks and removes the hooks; the filter keeps serving locally
     /// with every bit it has, and rejects again as a plain local filter.
+    ///
+    /// ```no_run
+    /// # async fn example(sync: bloom_redis::RedisSync<u64>) -> Result<(), Box<dyn std::error::Error>> {
+    /// sync.shutdown();
+    /// // The filter keeps answering, locally, from every bit it has.
+    /// let _maybe = sync.filter().contains(&42u64);
+    /// # Ok(()) }
+    /// ```
     pub fn shutdown(&self) {
         self.inner.remove_hooks();
         for task in lock(&self.tasks).drain(..) {
@@ -378,13 +517,13 @@ impl RedisSync {
     }
 }
 
-impl Drop for RedisSync {
+impl<K: ?Sized> Drop for RedisSync<K> {
     fn drop(&mut self) {
         self.shutdown();
     }
 }
 
-impl fmt::Debug for RedisSync {
+impl<K: ?Sized> fmt::Debug for RedisSync<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Neither the URL (password) nor the hash key is printed.
         f.debug_struct("RedisSync")
@@ -481,6 +620,7 @@ impl Inner {
     }
 
     fn set_connected(&self, up: bool) {
+        #[cfg(feature = "metrics")]
         metrics::gauge!(names::CONNECTED, "prefix" => self.prefix.clone()).set(if up {
             1.0
         } else {

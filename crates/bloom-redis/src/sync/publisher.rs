@@ -19,6 +19,7 @@ use bloom_core::BloomFilter;
 use tokio::sync::{Notify, watch};
 
 use super::{Inner, lock};
+#[cfg(feature = "metrics")]
 use crate::names;
 use crate::protocol::{self, Kind, Shape};
 
@@ -222,6 +223,7 @@ impl Inner {
                 Ok(()) => {
                     if !batch.bits.is_empty() {
                         self.counters.published.fetch_add(1, Relaxed);
+                        #[cfg(feature = "metrics")]
                         if let Some(oldest) = batch.oldest {
                             metrics::histogram!(names::PUBLISH_LATENCY, "prefix" => self.prefix.clone())
                                 .record(oldest.elapsed());

@@ -254,7 +254,11 @@ impl Inner {
 
     /// Refuses a new generation far smaller than the serving one (a source pointed at the
     /// wrong or an empty table), unless forced.
-    fn check_size(&self, next: &bloom_tower::CurrentFilter, force: bool) -> Result<(), Error> {
+    fn check_size(
+        &self,
+        next: &bloom_tower::shared_filter::CurrentFilter,
+        force: bool,
+    ) -> Result<(), Error> {
         let serving = self.filter.current().estimated_items();
         let rebuilt = next.estimated_items();
         let min_fraction = self.cfg.min_rebuild_fraction;

@@ -9,9 +9,11 @@ use std::time::{Duration, Instant};
 use bloom_tower::key_source::KeySource;
 
 use super::{Inner, lock, now_ms};
+#[cfg(feature = "metrics")]
+use crate::names;
 use crate::protocol::{self, Shape};
 use crate::scripts::{self, Joined, Lock};
-use crate::{Error, Rebuilt, ReconcileReport, names};
+use crate::{Error, Rebuilt, ReconcileReport};
 
 impl Inner {
     /// Reconciles every interval, at once when woken, and every second while Redis is
@@ -36,16 +38,20 @@ impl Inner {
 
     pub(super) fn reconciled(&self, report: ReconcileReport) {
         self.counters.reconciles.fetch_add(1, Relaxed);
-        metrics::counter!(names::RECONCILES, "prefix" => self.prefix.clone(), "outcome" => "ok")
-            .increment(1);
-        metrics::gauge!(names::GENERATION, "prefix" => self.prefix.clone())
-            .set(self.generation() as f64);
+        #[cfg(feature = "metrics")]
+        {
+            metrics::counter!(names::RECONCILES, "prefix" => self.prefix.clone(), "outcome" => "ok")
+                .increment(1);
+            metrics::gauge!(names::GENERATION, "prefix" => self.prefix.clone())
+                .set(self.generation() as f64);
+        }
         *lock(&self.last_reconcile) = Some(report);
         self.set_connected(true);
     }
 
     pub(super) fn reconcile_failed(&self, error: &Error) {
         self.counters.reconcile_errors.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
         metrics::counter!(names::RECONCILES, "prefix" => self.prefix.clone(), "outcome" => "error")
             .increment(1);
         match error {

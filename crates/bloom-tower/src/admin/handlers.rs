@@ -9,8 +9,10 @@ use http::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderValue};
 use serde_json::{Value, json};
 
 use super::{Admin, FilterEntry};
+use crate::SharedFilter;
+use crate::key::AnyKey;
 use crate::shared_filter::Chain;
-use crate::{ReloadErrorKind, Reloaded, SharedFilter};
+use crate::shared_filter::{ReloadErrorKind, Reloaded};
 
 /// The handlers' state: what was registered.
 type AdminState = State<Arc<Admin>>;
@@ -110,6 +112,25 @@ pub(super) async fn snapshot(State(admin): AdminState, Path(name): Path<String>)
     }
 }
 
+/// `GET /guards`.
+pub(super) async fn guards(State(admin): AdminState) -> Response {
+    let guards: Vec<Value> = admin
+        .guards
+        .iter()
+        .map(|entry| {
+            let stats = (entry.stats)();
+            json!({
+                "name": entry.name,
+                "checked": stats.checked,
+                "passed": stats.passed,
+                "rejected": stats.rejected,
+                "missing_key": stats.missing_key,
+            })
+        })
+        .collect();
+    answer(StatusCode::OK, json!({ "guards": guards }))
+}
+
 /// `GET /caches`.
 pub(super) async fn caches(State(admin): AdminState) -> Response {
     let caches: Vec<Value> = admin
@@ -148,7 +169,7 @@ async fn scan<T: Send + 'static>(
 }
 
 /// One filter's stats and fill (a scan of its bits).
-fn stats(filter: &SharedFilter) -> Value {
+fn stats(filter: &SharedFilter<AnyKey>) -> Value {
     let stats = filter.stats();
     let current = filter.current();
     let last_rebuild = stats
@@ -176,6 +197,9 @@ fn stats(filter: &SharedFilter) -> Value {
         "rebuilding": stats.rebuilding,
         "verifying": stats.verifying,
         "unverified_passes": stats.unverified_passes,
+        "rejections": stats.rejections,
+        "false_positives": stats.false_positives,
+        "measured_fpr": stats.measured_fpr,
         "snapshot": filter.snapshot_path().map(|path| path.display().to_string()),
         "replicated": filter.external_rebuild().is_some(),
     })

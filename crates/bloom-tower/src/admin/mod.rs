@@ -15,12 +15,13 @@
 //! | `POST /filters/{name}/rebuild` | [`SharedFilter::reload_from`] its registered source: `200` `{"outcome": "rebuilt", "keys": n}`; `"joined"` when a rebuild was already running (this call waited for it, as `reload_from` does); `202` `"elsewhere"` when the filter is shared through a replication layer (`bloom-redis`) and another instance runs the rebuild; `500` `{"error": ..}` with the error and its causes if it failed (the old filter keeps serving) |
 //! | `POST /filters/{name}/snapshot` | [`SharedFilter::save_snapshot`]: `200` `{"snapshot": path}`; `409` when the filter has no snapshot path; `500` if writing failed |
 //! | `GET /caches` | `{"caches": [..]}`: each registered [`GuardedCache`]'s [`CacheStats`] |
+//! | `GET /guards` | `{"guards": [..]}`: each registered [`BloomGuard`]'s [`GuardStats`] (`name`, `checked`, `passed`, `rejected`, `missing_key`) |
 //!
 //! An unknown filter is a `404` with `{"error": ..}`. A filter's stats are its
-//! [`FilterStats`](crate::FilterStats) (`name`, `kind`, `bits`, `bytes`, `capacity`,
+//! [`FilterStats`](crate::stats::FilterStats) (`name`, `kind`, `bits`, `bytes`, `capacity`,
 //! `approx_items`, `inserts`, `removes`, `rebuilds`, `failed_rebuilds`, `cancelled_rebuilds`,
 //! `last_rebuild` as `{"keys", "seconds"}`, `saturation_warnings`, `rebuilding`, `verifying`,
-//! `unverified_passes`), where its snapshot goes (`snapshot`), whether a replication layer
+//! `unverified_passes`, `rejections`, `false_positives`, `measured_fpr`), where its snapshot goes (`snapshot`), whether a replication layer
 //! owns its rebuilds (`replicated`), and its fill from a scan of its bits (`fill_ratio`,
 //! `estimated_items`, `estimated_fpr`, `target_fpr`); the scan is O(size) and runs on
 //! Tokio's blocking pool. Reading stats changes nothing (no saturation warning, no
@@ -41,7 +42,7 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let dir = tempfile::tempdir()?;
-//! let users = SharedFilter::builder()
+//! let users = SharedFilter::<u64>::builder()
 //!     .name("users")
 //!     .snapshot(dir.path().join("users.bloom"))
 //!     .build(BloomFilter::new(10_000, 0.01)?);
@@ -79,8 +80,12 @@ use axum::Router;
 use axum::routing::{get, post};
 use bloom_core::Key;
 
+use crate::BloomGuard;
+use crate::guarded_cache::{CacheStats, GuardedCache};
+use crate::key::{AnyKey, KeyFor};
 use crate::shared_filter::ErasedKeySource;
-use crate::{CacheStats, GuardedCache, KeySource, SharedFilter};
+use crate::stats::GuardStats;
+use crate::{KeySource, SharedFilter};
 
 /// What the admin [`router`] shows and acts on: filters (each with the source a rebuild reads)
 /// and caches. Register each under a distinct name.
@@ -89,12 +94,12 @@ use crate::{CacheStats, GuardedCache, KeySource, SharedFilter};
 /// use bloom_tower::{BloomFilter, GuardedCache, SharedFilter, admin::Admin};
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let filter = SharedFilter::builder().name("users").build(BloomFilter::new(1_000, 0.01)?);
+/// let filter = SharedFilter::<u64>::builder().name("users").build(BloomFilter::new(1_000, 0.01)?);
 /// let cache: GuardedCache<u64, String> = GuardedCache::builder(filter.clone()).build();
 /// let admin = Admin::new()
 ///     .filter(filter, vec![1u64, 2, 3])
 ///     .cache("users", cache);
-/// assert_eq!(format!("{admin:?}"), r#"Admin { filters: ["users"], caches: ["users"] }"#);
+/// assert_eq!(format!("{admin:?}"), r#"Admin { filters: ["users"], guards: [], caches: ["users"] }"#);
 /// # Ok(())
 /// # }
 /// ```
@@ -102,14 +107,21 @@ use crate::{CacheStats, GuardedCache, KeySource, SharedFilter};
 #[must_use]
 pub struct Admin {
     filters: Vec<FilterEntry>,
+    guards: Vec<GuardEntry>,
     caches: Vec<CacheEntry>,
 }
 
 struct FilterEntry {
-    filter: SharedFilter,
+    filter: SharedFilter<AnyKey>,
     /// Erased so that filters with different sources fit in one list; `Arc` so a rebuild's
     /// task can own it.
     source: Arc<dyn ErasedKeySource>,
+}
+
+struct GuardEntry {
+    name: String,
+    /// The guard's shared counters behind a closure: its type parameters do not matter here.
+    stats: Box<dyn Fn() -> GuardStats + Send + Sync>,
 }
 
 struct CacheEntry {
@@ -138,7 +150,7 @@ impl Admin {
     /// use bloom_tower::{BloomFilter, SharedFilter, admin::Admin, key_source};
     ///
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let orders = SharedFilter::builder().name("orders").build(BloomFilter::new(1_000, 0.01)?);
+    /// let orders = SharedFilter::<String>::builder().name("orders").build(BloomFilter::new(1_000, 0.01)?);
     /// let admin = Admin::new().filter(orders, key_source::from_iter(|| ["o-1", "o-2"]));
     /// # let _ = admin;
     /// # Ok(())
@@ -148,12 +160,15 @@ impl Admin {
     /// # Panics
     ///
     /// If a filter of the same name is registered already (unnamed filters are all
-    /// `"default"`: name them with [`SharedFilterBuilder::name`](crate::SharedFilterBuilder::name)),
+    /// `"default"`: name them with [`SharedFilterBuilder::name`](crate::shared_filter::SharedFilterBuilder::name)),
     /// since `/filters/{name}` could reach only one of them.
-    pub fn filter<S>(mut self, filter: SharedFilter, source: S) -> Self
+    pub fn filter<K, S>(mut self, filter: SharedFilter<K>, source: S) -> Self
     where
+        K: ?Sized,
         S: KeySource + Send + Sync + 'static,
+        S::Key: KeyFor<K>,
     {
+        let filter = filter.untyped();
         let name = filter.name();
         assert!(
             self.find(name).is_none(),
@@ -172,7 +187,7 @@ impl Admin {
     /// use bloom_tower::{BloomFilter, GuardedCache, SharedFilter, admin::Admin};
     ///
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let filter = SharedFilter::new(BloomFilter::new(1_000, 0.01)?);
+    /// let filter = SharedFilter::<u64>::new(BloomFilter::new(1_000, 0.01)?);
     /// let users: GuardedCache<u64, String> = GuardedCache::builder(filter).build();
     /// let admin = Admin::new().cache("users", users.clone());
     /// # let _ = admin;
@@ -200,6 +215,39 @@ impl Admin {
         self
     }
 
+    /// Shows `guard`'s [`GuardStats`] under its name in `GET /guards` (every service made from
+    /// the guard and its clones counts into the same stats).
+    ///
+    /// ```
+    /// use bloom_tower::{BloomFilter, BloomGuard, SharedFilter, admin::Admin, key};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let filter = SharedFilter::<u64>::new(BloomFilter::new(1_000, 0.01)?);
+    /// let guard = BloomGuard::new(filter, key::path_segment(1).parse::<u64>()).name("users");
+    /// let admin = Admin::new().guard(&guard);
+    /// # let _ = admin;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// If a guard of the same name is registered already (unnamed guards are all
+    /// `"default"`: name them with [`BloomGuard::name`]).
+    pub fn guard<K: ?Sized, E, R, M>(mut self, guard: &BloomGuard<K, E, R, M>) -> Self {
+        let counters = guard.counters();
+        let name = counters.name().to_owned();
+        assert!(
+            self.guards.iter().all(|entry| entry.name != name),
+            "admin: a guard named {name:?} is registered already; give each BloomGuard its own name",
+        );
+        self.guards.push(GuardEntry {
+            name,
+            stats: Box::new(move || counters.snapshot()),
+        });
+        self
+    }
+
     fn find(&self, name: &str) -> Option<&FilterEntry> {
         self.filters
             .iter()
@@ -210,9 +258,11 @@ impl Admin {
 impl fmt::Debug for Admin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let filters: Vec<&str> = self.filters.iter().map(|e| e.filter.name()).collect();
+        let guards: Vec<&str> = self.guards.iter().map(|e| e.name.as_str()).collect();
         let caches: Vec<&str> = self.caches.iter().map(|e| e.name.as_str()).collect();
         f.debug_struct("Admin")
             .field("filters", &filters)
+            .field("guards", &guards)
             .field("caches", &caches)
             .finish()
     }
@@ -230,7 +280,7 @@ impl fmt::Debug for Admin {
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let filter = SharedFilter::builder().name("users").build(BloomFilter::new(1_000, 0.01)?);
+/// let filter = SharedFilter::<u64>::builder().name("users").build(BloomFilter::new(1_000, 0.01)?);
 /// let router = admin::router(admin::Admin::new().filter(filter, vec![1u64]));
 /// let missing = Request::post("/filters/orders/rebuild").body(axum::body::Body::empty())?;
 /// assert_eq!(router.oneshot(missing).await?.status(), StatusCode::NOT_FOUND);
@@ -243,6 +293,7 @@ pub fn router(admin: Admin) -> Router {
         .route("/filters/{name}", get(handlers::filter))
         .route("/filters/{name}/rebuild", post(handlers::rebuild))
         .route("/filters/{name}/snapshot", post(handlers::snapshot))
+        .route("/guards", get(handlers::guards))
         .route("/caches", get(handlers::caches))
         .with_state(Arc::new(admin))
 }

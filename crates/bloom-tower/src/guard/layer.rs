@@ -12,21 +12,21 @@ use crate::stats::{GuardCounters, GuardStats};
 /// Layer that guards a service with a [`SharedFilter`]; see the [module docs](crate::guard).
 ///
 /// `E` finds the key ([`KeyExtractor`](crate::KeyExtractor)), `R` answers for an absent key
-/// ([`OnReject`](crate::OnReject)), `M` handles a request without a key
-/// ([`OnMissingKey`](crate::OnMissingKey)). Every service made from one layer (and from its
+/// ([`OnReject`](crate::reject::OnReject)), `M` handles a request without a key
+/// ([`OnMissingKey`](crate::reject::OnMissingKey)). Every service made from one layer (and from its
 /// clones) shares its [`stats`](Self::stats).
-pub struct BloomGuard<E, R = NotFound, M = PassThrough> {
-    filter: SharedFilter,
+pub struct BloomGuard<K: ?Sized, E, R = NotFound, M = PassThrough> {
+    filter: SharedFilter<K>,
     extractor: E,
     on_reject: R,
     on_missing_key: M,
     counters: Arc<GuardCounters>,
 }
 
-impl<E> BloomGuard<E> {
+impl<K: ?Sized, E> BloomGuard<K, E> {
     /// Guards with `filter`, finding keys with `extractor`; absent keys get a `404`,
     /// requests without a key pass through.
-    pub fn new(filter: SharedFilter, extractor: E) -> Self {
+    pub fn new(filter: SharedFilter<K>, extractor: E) -> Self {
         Self {
             filter,
             extractor,
@@ -37,7 +37,7 @@ impl<E> BloomGuard<E> {
     }
 }
 
-impl<E, R, M> BloomGuard<E, R, M> {
+impl<K: ?Sized, E, R, M> BloomGuard<K, E, R, M> {
     /// Names the guard for logs and the `guard` metric label (`"default"` otherwise). Resets
     /// the counters, so name it before use.
     pub fn name(mut self, name: impl Into<Cow<'static, str>>) -> Self {
@@ -59,16 +59,16 @@ impl<E, R, M> BloomGuard<E, R, M> {
     /// `.on_reject(|_key| (StatusCode::NOT_FOUND, Json(json!({"error": "no such user"}))).into_response())`
     /// with axum, or the "not found" value of a non-HTTP service. The closure must return
     /// the inner service's response type.
-    pub fn on_reject<F, Res>(self, reject: F) -> BloomGuard<E, F, M>
+    pub fn on_reject<F, Res>(self, reject: F) -> BloomGuard<K, E, F, M>
     where
         F: FnMut(RejectedKey<'_>) -> Res,
     {
         self.reject_with(reject)
     }
 
-    /// Answers absent keys with any [`OnReject`](crate::OnReject): a [`StatusCode`](http::StatusCode),
+    /// Answers absent keys with any [`OnReject`](crate::reject::OnReject): a [`StatusCode`](http::StatusCode),
     /// or your own type that also looks at the request.
-    pub fn reject_with<R2>(self, reject: R2) -> BloomGuard<E, R2, M> {
+    pub fn reject_with<R2>(self, reject: R2) -> BloomGuard<K, E, R2, M> {
         BloomGuard {
             filter: self.filter,
             extractor: self.extractor,
@@ -95,7 +95,7 @@ impl<E, R, M> BloomGuard<E, R, M> {
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let filter = SharedFilter::new(BloomFilter::new(1_000, 0.01)?);
+    /// let filter = SharedFilter::<String>::new(BloomFilter::new(1_000, 0.01)?);
     /// filter.insert("ada");
     /// let guard = BloomGuard::new(filter, key::path_segment(1)).rejection_header(REJECTION_HEADER);
     /// let service = ServiceBuilder::new().layer(guard).service(service_fn(|_req: Request<String>| async {
@@ -110,7 +110,10 @@ impl<E, R, M> BloomGuard<E, R, M> {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn rejection_header(self, name: http::HeaderName) -> BloomGuard<E, RejectionHeader<R>, M> {
+    pub fn rejection_header(
+        self,
+        name: http::HeaderName,
+    ) -> BloomGuard<K, E, RejectionHeader<R>, M> {
         BloomGuard {
             filter: self.filter,
             extractor: self.extractor,
@@ -123,7 +126,7 @@ impl<E, R, M> BloomGuard<E, R, M> {
     /// What to do with requests that have no usable key: [`PassThrough`] (the default), a
     /// [`StatusCode`](http::StatusCode) to answer with, or a closure
     /// `FnMut(&Req) -> Option<Response>` (`None` passes through).
-    pub fn on_missing_key<M2>(self, policy: M2) -> BloomGuard<E, R, M2> {
+    pub fn on_missing_key<M2>(self, policy: M2) -> BloomGuard<K, E, R, M2> {
         BloomGuard {
             filter: self.filter,
             extractor: self.extractor,
@@ -139,18 +142,24 @@ impl<E, R, M> BloomGuard<E, R, M> {
     }
 
     /// The filter it guards with.
-    pub fn filter(&self) -> &SharedFilter {
+    pub fn filter(&self) -> &SharedFilter<K> {
         &self.filter
+    }
+
+    /// The counters every service made from this guard (and its clones) shares.
+    #[cfg(feature = "admin")]
+    pub(crate) fn counters(&self) -> Arc<GuardCounters> {
+        Arc::clone(&self.counters)
     }
 }
 
-impl<S, E, R, M> Layer<S> for BloomGuard<E, R, M>
+impl<S, K: ?Sized, E, R, M> Layer<S> for BloomGuard<K, E, R, M>
 where
     E: Clone,
     R: Clone,
     M: Clone,
 {
-    type Service = BloomGuardService<S, E, R, M>;
+    type Service = BloomGuardService<S, K, E, R, M>;
 
     fn layer(&self, inner: S) -> Self::Service {
         BloomGuardService::from_parts(
@@ -164,7 +173,7 @@ where
     }
 }
 
-impl<E: Clone, R: Clone, M: Clone> Clone for BloomGuard<E, R, M> {
+impl<K: ?Sized, E: Clone, R: Clone, M: Clone> Clone for BloomGuard<K, E, R, M> {
     fn clone(&self) -> Self {
         Self {
             filter: self.filter.clone(),
@@ -176,12 +185,13 @@ impl<E: Clone, R: Clone, M: Clone> Clone for BloomGuard<E, R, M> {
     }
 }
 
-impl<E, R, M> fmt::Debug for BloomGuard<E, R, M> {
+impl<K: ?Sized, E, R, M> fmt::Debug for BloomGuard<K, E, R, M> {
     /// Closures have no `Debug`: the extractor and policies are shown by type.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BloomGuard")
             .field("name", &self.counters.name())
             .field("filter", &self.filter)
+            .field("key", &std::any::type_name::<K>())
             .field("extractor", &std::any::type_name::<E>())
             .field("on_reject", &std::any::type_name::<R>())
             .field("on_missing_key", &std::any::type_name::<M>())

@@ -5,11 +5,11 @@
 //! [`SharedFilter`](crate::SharedFilter):
 //!
 //! * **definitely absent** → the inner service is *not* called; the guard answers with the
-//!   rejection ([`NotFound`](crate::NotFound): `404`, by default; see
+//!   rejection ([`NotFound`](crate::reject::NotFound): `404`, by default; see
 //!   [`on_reject`](BloomGuard::on_reject));
 //! * **maybe present** → the inner service is called;
-//! * **no key** → the [missing-key policy](crate::OnMissingKey) decides
-//!   ([`PassThrough`](crate::PassThrough) by default).
+//! * **no key** → the [missing-key policy](crate::reject::OnMissingKey) decides
+//!   ([`PassThrough`](crate::reject::PassThrough) by default).
 //!
 //! Rejections are responses, never errors, and `poll_ready` is the inner service's. To tell a
 //! guard's rejection from the handler's own `404`, have the guard mark its rejections with a
@@ -24,7 +24,7 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let filter = SharedFilter::new(BloomFilter::new(10_000, 0.01)?);
+//! let filter = SharedFilter::<u64>::new(BloomFilter::new(10_000, 0.01)?);
 //! filter.reload_from(&vec![42u64]).await?;
 //!
 //! let service = ServiceBuilder::new()
@@ -65,7 +65,7 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let filter = SharedFilter::new(BloomFilter::builder()
+//! let filter = SharedFilter::<u64>::new(BloomFilter::builder()
 //!     .expected_items(10_000).false_positive_rate(0.01).seed(1).build()?);
 //! filter.insert(&7u64);
 //!
@@ -83,10 +83,12 @@
 //! # }
 //! ```
 
+mod diagnose;
 mod future;
 mod layer;
 mod service;
 
+pub(crate) use diagnose::Diagnosis;
 pub use future::ResponseFuture;
 pub use layer::BloomGuard;
 pub use service::BloomGuardService;

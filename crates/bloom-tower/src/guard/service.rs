@@ -6,25 +6,25 @@ use bloom_core::Key;
 use tower_service::Service;
 
 use super::ResponseFuture;
-use crate::key::KeyExtractor;
+use crate::key::{KeyExtractor, KeyFor};
 use crate::reject::{NotFound, OnMissingKey, OnReject, PassThrough, RejectedKey};
 use crate::shared_filter::SharedFilter;
 use crate::stats::{GuardCounters, GuardStats};
 
 /// The service made by [`BloomGuard`](crate::BloomGuard); see the [module docs](crate::guard).
-pub struct BloomGuardService<S, E, R = NotFound, M = PassThrough> {
+pub struct BloomGuardService<S, K: ?Sized, E, R = NotFound, M = PassThrough> {
     inner: S,
-    filter: SharedFilter,
+    filter: SharedFilter<K>,
     extractor: E,
     on_reject: R,
     on_missing_key: M,
     counters: Arc<GuardCounters>,
 }
 
-impl<S, E, R, M> BloomGuardService<S, E, R, M> {
+impl<S, K: ?Sized, E, R, M> BloomGuardService<S, K, E, R, M> {
     pub(super) fn from_parts(
         inner: S,
-        filter: SharedFilter,
+        filter: SharedFilter<K>,
         extractor: E,
         on_reject: R,
         on_missing_key: M,
@@ -56,7 +56,7 @@ impl<S, E, R, M> BloomGuardService<S, E, R, M> {
     }
 
     /// The filter it guards with.
-    pub fn filter(&self) -> &SharedFilter {
+    pub fn filter(&self) -> &SharedFilter<K> {
         &self.filter
     }
 
@@ -66,10 +66,12 @@ impl<S, E, R, M> BloomGuardService<S, E, R, M> {
     }
 }
 
-impl<S, E, R, M, Req> Service<Req> for BloomGuardService<S, E, R, M>
+impl<S, K, E, R, M, Req> Service<Req> for BloomGuardService<S, K, E, R, M>
 where
     S: Service<Req>,
+    K: ?Sized,
     E: KeyExtractor<Req>,
+    for<'a> E::Key<'a>: KeyFor<K>,
     R: OnReject<Req, S::Response>,
     M: OnMissingKey<Req, S::Response>,
 {
@@ -91,7 +93,7 @@ where
                 None
             }
             Some(key) => {
-                self.counters.rejected();
+                self.counters.rejected(&self.filter);
                 let bytes = key.key_bytes();
                 let key = RejectedKey::new(bytes.as_ref());
                 // The key only on request: keys can be personal data.
@@ -116,7 +118,7 @@ where
     }
 }
 
-impl<S, E, R, M> Clone for BloomGuardService<S, E, R, M>
+impl<S, K: ?Sized, E, R, M> Clone for BloomGuardService<S, K, E, R, M>
 where
     S: Clone,
     E: Clone,
@@ -135,7 +137,7 @@ where
     }
 }
 
-impl<S: fmt::Debug, E, R, M> fmt::Debug for BloomGuardService<S, E, R, M> {
+impl<S: fmt::Debug, K: ?Sized, E, R, M> fmt::Debug for BloomGuardService<S, K, E, R, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BloomGuardService")
             .field("inner", &self.inner)

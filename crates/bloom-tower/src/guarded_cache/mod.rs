@@ -8,7 +8,7 @@
 //! each load with a timeout that all waiters see, and show there is no leak by exposing the
 //! table of loads in flight ([`GuardedCache::loads_in_flight`]). So values live in a
 //! `moka::future::Cache` (per-entry expiry: a jittered TTL for values, `negative_ttl` for
-//! negative entries), and the loads in flight live in [`flight`](crate::flight): a
+//! negative entries), and the loads in flight live in the crate's private `flight` module: a
 //! `DashMap` from key to a write-locked slot, removed as soon as the load ends, whose `Drop`
 //! guard releases the waiters if the leader is cancelled or panics.
 
@@ -43,8 +43,6 @@ use crate::SharedFilter;
 use crate::flight::{Flights, Role, wait};
 use crate::shared_filter::{AfterCommit, ForgetByDigest, PendingInsert};
 
-type Filter = SharedFilter;
-
 /// What a load hands to its waiters.
 type Outcome<V> = Result<Option<V>, ErasedError>;
 
@@ -64,7 +62,7 @@ type Outcome<V> = Result<Option<V>, ErasedError>;
 /// #     Ok((id == 42).then(|| User { name: "Ada".into() })) } }
 /// # let db = std::sync::Arc::new(Db);
 ///
-/// let filter = SharedFilter::new(BloomFilter::new(1_000_000, 0.01)?);
+/// let filter = SharedFilter::<u64>::new(BloomFilter::new(1_000_000, 0.01)?);
 /// filter.insert(&42u64);
 /// let users: GuardedCache<u64, User> = GuardedCache::builder(filter.clone())
 ///     .max_capacity(100_000)
@@ -87,7 +85,7 @@ pub struct GuardedCache<K, V> {
 }
 
 struct Inner<K, V> {
-    filter: Filter,
+    filter: SharedFilter<K>,
     cache: moka::future::Cache<K, Entry<V>>,
     flights: Flights<(K, TypeId), Outcome<V>>,
     load_timeout: Option<Duration>,
@@ -122,7 +120,7 @@ impl<K, V> Clone for GuardedCache<K, V> {
 #[must_use]
 pub struct GuardedCacheBuilder<K, V> {
     _types: PhantomData<fn() -> (K, V)>,
-    filter: Filter,
+    filter: SharedFilter<K>,
     max_capacity: u64,
     time_to_live: Duration,
     ttl_jitter: f64,
@@ -182,7 +180,7 @@ where
             .max_capacity(self.max_capacity)
             .expire_after(expiry)
             .build();
-        let counters = Counters::new(self.name, self.filter.clone());
+        let counters = Counters::new(self.name, self.filter.untyped());
         let inner = Arc::new(Inner {
             filter: self.filter,
             cache,
@@ -235,7 +233,7 @@ where
     V: Clone + Send + Sync + 'static,
 {
     /// Starts configuring a cache guarded by `filter`.
-    pub fn builder(filter: Filter) -> GuardedCacheBuilder<K, V> {
+    pub fn builder(filter: SharedFilter<K>) -> GuardedCacheBuilder<K, V> {
         GuardedCacheBuilder {
             _types: PhantomData,
             filter,
@@ -414,7 +412,7 @@ where
     /// committed. It writes `key` into every filter a rebuild published since the insert (the
     /// rebuild's source may have missed the open transaction; with no rebuild in between it
     /// writes nothing, so a counting filter counts the key once), and on a
-    /// [`GuardedCache`](crate::GuardedCache) it also forgets any "not found" cached for the key
+    /// [`GuardedCache`] it also forgets any "not found" cached for the key
     /// meanwhile, so the very next lookup finds the record. If the request is cancelled after
     /// the commit, the `PendingInsert`'s `Drop` does that work instead. The same on
     /// [`SharedFilter::prepare_insert`](crate::SharedFilter::prepare_insert) and
@@ -424,7 +422,7 @@ where
     /// # use bloom_tower::{BloomFilter, GuardedCache, SharedFilter};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let filter = SharedFilter::new(BloomFilter::new(1_000, 0.01)?);
+    /// # let filter = SharedFilter::<u64>::new(BloomFilter::new(1_000, 0.01)?);
     /// # let users: GuardedCache<u64, String> = GuardedCache::builder(filter).build();
     /// let pending = users.prepare_insert(&42);
     /// // INSERT INTO users (id, …) VALUES (42, …): committed

@@ -14,7 +14,7 @@ use super::LoadError;
 ///
 /// * `Ok(Some(v))`: `v`'s own response (`200` for a `String`, a `Json(…)`, …);
 /// * `Ok(None)`: `404 Not Found`, body `Not Found`, the same bytes and headers as the guard's
-///   default rejection ([`NotFound`](crate::NotFound)), so a client cannot tell which one
+///   default rejection ([`NotFound`](crate::reject::NotFound)), so a client cannot tell which one
 ///   answered;
 /// * `Err(LoadError::Loader(_))`, `Err(LoadError::Timeout(_))`: `503 Service Unavailable`,
 ///   body `Service Unavailable`;
@@ -27,7 +27,7 @@ use super::LoadError;
 ///
 /// ```
 /// use axum::{Router, extract::{Path, State}, routing::get};
-/// use bloom_tower::{BloomFilter, CacheResponse, GuardedCache, SharedFilter};
+/// use bloom_tower::{BloomFilter, guarded_cache::CacheResponse, GuardedCache, SharedFilter};
 ///
 /// #[derive(Clone)]
 /// struct User { name: String }
@@ -49,7 +49,7 @@ use super::LoadError;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let filter = SharedFilter::new(BloomFilter::new(1_000, 0.01)?);
+/// let filter = SharedFilter::<u64>::new(BloomFilter::new(1_000, 0.01)?);
 /// filter.insert(&42u64);
 /// let users = GuardedCache::builder(filter).build();
 /// let app: Router = Router::new()
@@ -115,7 +115,7 @@ impl<E: fmt::Display> IntoResponse for LoadError<E> {
     }
 }
 
-/// `status` with its reason as the body and no headers, as [`NotFound`](crate::NotFound)
+/// `status` with its reason as the body and no headers, as [`NotFound`](crate::reject::NotFound)
 /// answers.
 fn plain_text(status: StatusCode) -> Response {
     let mut response = Response::new(Body::from(status.canonical_reason().unwrap_or("")));

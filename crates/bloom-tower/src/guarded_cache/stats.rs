@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use crate::SharedFilter;
+use crate::key::AnyKey;
 #[cfg(feature = "metrics")]
 use crate::stats::names;
 
@@ -33,7 +34,7 @@ pub struct CacheStats {
     /// that do not exist, the fraction the filter failed to stop. Counted over every rejection
     /// of that filter, including those of a [`BloomGuard`](crate::BloomGuard) in front of the
     /// cache, which stops most absent keys before the cache sees them:
-    /// [`FilterStats::measured_fpr`](crate::FilterStats::measured_fpr), the same figure. With
+    /// [`FilterStats::measured_fpr`](crate::stats::FilterStats::measured_fpr), the same figure. With
     /// no guard (and no other cache) on the filter it is `false_positives / (false_positives +
     /// filter_rejections)`. 0 before any such lookup.
     pub measured_fpr: f64,
@@ -45,7 +46,7 @@ pub(crate) struct Counters {
     name: Cow<'static, str>,
     /// The filter the cache is guarded by: its rejections and false positives are counted
     /// there too, where a guard's rejections meet them (see [`CacheStats::measured_fpr`]).
-    filter: SharedFilter,
+    filter: SharedFilter<AnyKey>,
     filter_rejections: AtomicU64,
     hits: AtomicU64,
     negative_hits: AtomicU64,
@@ -81,7 +82,7 @@ macro_rules! event {
 }
 
 impl Counters {
-    pub(crate) fn new(name: Cow<'static, str>, filter: SharedFilter) -> Self {
+    pub(crate) fn new(name: Cow<'static, str>, filter: SharedFilter<AnyKey>) -> Self {
         filter.reports_false_positives();
         Self {
             name,

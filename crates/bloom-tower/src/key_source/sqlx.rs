@@ -15,7 +15,7 @@
 //!     .counted() // SELECT COUNT(*) now: the first rebuild sizes its filter for it
 //!     .await?;
 //!
-//! let filter = SharedFilter::new(BloomFilter::new(1_000_000, 0.01)?);
+//! let filter = SharedFilter::<i64>::new(BloomFilter::new(1_000_000, 0.01)?);
 //! filter.reload_from(&order_ids).await?;
 //! assert!(filter.contains(&2i64));
 //! # Ok(())
@@ -26,10 +26,11 @@
 //! rebuild from a ten-million-row table holds one row at a time. The query runs inside
 //! [`KeySource::keys`], as a rebuild requires.
 //!
-//! **Key types.** Keys are compared by their bytes ([`Key`]), so the source must yield the type
-//! the application inserts: `42i32` and `42i64` are different keys (cast in SQL, `CAST(id AS
-//! BIGINT)`, when the column is narrower). `i64` and `u64` agree on every id `>= 0`, so an `i64`
-//! source can fill a filter the application inserts `u64` ids into.
+//! **Key types.** `query::<K, _>` yields `K`s, and only a `SharedFilter<K>` can be rebuilt from
+//! it (the compiler checks): read the column as the type the application inserts and looks up
+//! (cast in SQL, `CAST(id AS BIGINT)`, when the column is narrower). An application with `u64`
+//! ids over a signed `BIGINT` column decodes the column into its own id type (a newtype with
+//! `sqlx::Decode` and [`Key`]) rather than filling a `u64` filter from `i64`s.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -45,6 +46,7 @@ use futures_core::stream::BoxStream;
 
 use super::{KeySource, Watermark};
 use crate::Key;
+use crate::key::KeyFor;
 
 /// "No count known": the hint is `None`.
 const UNKNOWN: u64 = u64::MAX;
@@ -154,7 +156,7 @@ impl<K, DB: Database> Query<K, DB> {
     }
 
     /// Lets the source catch a snapshot up after a restart (see
-    /// [`SharedFilterBuilder::start`](crate::SharedFilterBuilder::start)), through a column
+    /// [`SharedFilterBuilder::start`](crate::shared_filter::SharedFilterBuilder::start)), through a column
     /// whose values only grow (an id, a sequence, a creation time as a number):
     ///
     /// * `watermark_sql` returns one row of one nullable `BIGINT`: where the table stands now,
@@ -214,16 +216,19 @@ impl<K, DB: Database> Query<K, DB> {
 impl<K, DB> KeySource for Query<K, DB>
 where
     DB: Database,
-    K: Key + Send + Unpin + 'static,
+    K: Key + Send + Sync + Unpin + 'static,
     (K,): for<'r> FromRow<'r, DB::Row>,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
     (Option<i64>,): for<'r> FromRow<'r, DB::Row>,
     i64: for<'q> Encode<'q, DB> + Type<DB>,
 {
+    type Key = K;
     type Error = ::sqlx::Error;
 
-    fn keys(&self) -> impl Stream<Item = Result<impl Key + Send + '_, ::sqlx::Error>> + Send + '_ {
+    fn keys(
+        &self,
+    ) -> impl Stream<Item = Result<impl KeyFor<K> + Send + '_, ::sqlx::Error>> + Send + '_ {
         Counted {
             rows: ::sqlx::query_scalar::<DB, K>(&self.sql).fetch(&self.pool),
             read: 0,
@@ -254,7 +259,7 @@ where
     fn keys_since<'a>(
         &'a self,
         since: &'a Watermark,
-    ) -> impl Stream<Item = Result<impl Key + Send + 'a, ::sqlx::Error>> + Send + 'a {
+    ) -> impl Stream<Item = Result<impl KeyFor<K> + Send + 'a, ::sqlx::Error>> + Send + 'a {
         // Not 8 bytes (not written by this source): everything, which is slower, never wrong.
         let after = <[u8; 8]>::try_from(since.as_bytes()).map_or(i64::MIN, i64::from_be_bytes);
         match &self.since {

@@ -16,7 +16,7 @@ pin_project! {
     /// bytes of a stored response, or the inner service's body, always complete.
     ///
     /// ```
-    /// use bloom_tower::{ResponseCache, ResponseCacheBody, key};
+    /// use bloom_tower::{ResponseCache, key, response_cache::ResponseCacheBody};
     /// use http::{Request, Response};
     /// use http_body_util::{BodyExt, Full};
     /// use tower::{ServiceBuilder, ServiceExt, service_fn};

@@ -19,7 +19,7 @@ type Boxed<B, E> = Pin<Box<dyn Future<Output = Result<Response<ResponseCacheBody
 /// costs little next to a cache lookup.
 ///
 /// ```
-/// use bloom_tower::{ResponseCache, ResponseCacheFuture, key};
+/// use bloom_tower::{ResponseCache, key, response_cache::ResponseCacheFuture};
 /// use http::{Request, Response};
 /// use http_body_util::Full;
 /// use tower::{Layer, Service, ServiceExt, service_fn};

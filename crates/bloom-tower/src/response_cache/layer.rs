@@ -195,7 +195,7 @@ impl<S, E> Layer<S> for ResponseCache<E> {
 /// Configures a [`ResponseCache`]; start from [`ResponseCache::builder`].
 ///
 /// ```
-/// use bloom_tower::{ResponseCache, ResponseCacheBuilder, key};
+/// use bloom_tower::{ResponseCache, key, response_cache::ResponseCacheBuilder};
 ///
 /// let builder: ResponseCacheBuilder<_> = ResponseCache::builder(key::path_param("id"));
 /// let cache = builder.max_bytes(1024 * 1024).build();

@@ -40,7 +40,7 @@
 //! # One load per URL
 //!
 //! On a miss, one request per URL calls the inner service while the others wait
-//! (coalescing, through [`flight`](crate::flight)); a stored response is handed to each
+//! (coalescing, through the crate's private `flight` module); a stored response is handed to each
 //! waiter whose `Vary` values match. If the loading request goes away or its inner service
 //! fails, a waiter takes over; a response that may not be shared sends each waiter to the
 //! inner service itself; a waiter that has waited
@@ -61,7 +61,7 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let filter = SharedFilter::new(BloomFilter::new(1_000_000, 0.01)?);
+//! let filter = SharedFilter::<String>::new(BloomFilter::new(1_000_000, 0.01)?);
 //! filter.insert("7");
 //! let users = ResponseCache::new(key::path_param("id"));
 //! let app: Router = Router::new()

@@ -23,7 +23,7 @@ use crate::key::KeyExtractor;
 /// The service made by [`ResponseCache`](super::ResponseCache) around an inner service.
 ///
 /// ```
-/// use bloom_tower::{ResponseCache, ResponseCacheService, key};
+/// use bloom_tower::{ResponseCache, key, response_cache::ResponseCacheService};
 /// use http::{Request, Response};
 /// use tower::{Layer, service_fn};
 ///

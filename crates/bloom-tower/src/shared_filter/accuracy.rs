@@ -2,16 +2,15 @@
 //! [`BloomGuard`](crate::BloomGuard) in front of a [`GuardedCache`](crate::GuardedCache)
 //! stops most absent keys before the cache sees them, so neither alone can tell the rate.
 
-use bloom_core::Key;
-
 use super::SharedFilter;
+use crate::key::KeyFor;
 
-impl SharedFilter {
+impl<K: ?Sized> SharedFilter<K> {
     /// [`contains`](Self::contains), counting a "definitely absent" answer as a rejection of
-    /// this filter ([`FilterStats::rejections`](crate::FilterStats::rejections)): for the
+    /// this filter ([`FilterStats::rejections`](crate::stats::FilterStats::rejections)): for the
     /// lookups made on behalf of requests (the guard's), not for every `contains`.
     #[inline]
-    pub(crate) fn admits<K: Key + ?Sized>(&self, key: &K) -> bool {
+    pub(crate) fn admits<Q: KeyFor<K> + ?Sized>(&self, key: &Q) -> bool {
         let maybe = self.contains(key);
         if !maybe {
             self.count_rejection();
@@ -27,17 +26,20 @@ impl SharedFilter {
     }
 
     /// A lookup this filter let through for a key a cache's loader then did not find.
+    #[cfg(feature = "guarded-cache")]
     pub(crate) fn count_false_positive(&self) {
         let shared = &*self.shared;
         shared.counters.false_positive(&shared.name, shared.fpr);
     }
 
     /// A cache that reports this filter's false positives was built on it.
+    #[cfg(feature = "guarded-cache")]
     pub(crate) fn reports_false_positives(&self) {
         self.shared.counters.reports_false_positives();
     }
 
-    /// [`FilterStats::measured_fpr`](crate::FilterStats::measured_fpr), without the rest.
+    /// [`FilterStats::measured_fpr`](crate::stats::FilterStats::measured_fpr), without the rest.
+    #[cfg(feature = "guarded-cache")]
     pub(crate) fn measured_fpr(&self) -> Option<f64> {
         self.shared.counters.measured_fpr()
     }

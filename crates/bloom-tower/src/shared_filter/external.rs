@@ -16,6 +16,7 @@ use tokio::sync::OwnedMutexGuard;
 
 use super::rebuild::{Finished, Reloaded, Slot};
 use super::{CurrentFilter, Generation, SharedFilter};
+use crate::key::{AnyKey, KeyFor};
 use crate::key_source::{BoxError, KeySource};
 use crate::stats::RebuildOutcome;
 
@@ -36,7 +37,7 @@ pub type RejectionOverride = Arc<dyn Fn() -> bool + Send + Sync>;
 #[error("a rebuild of this filter is already running")]
 pub struct AlreadyBuilding;
 
-impl SharedFilter {
+impl<K: ?Sized> SharedFilter<K> {
     /// Sets (or with `None` removes) the function every [`insert`](Self::insert) calls, on
     /// every clone, with the key's bytes, after the key is in the local filter(s). Meant for
     /// forwarding inserts to other copies of the filter (a replication layer); it runs on the
@@ -64,9 +65,10 @@ impl SharedFilter {
     /// # use bloom_tower::{BloomFilter, SharedFilter};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let filter = SharedFilter::new(BloomFilter::new(1_000, 0.01)?);
+    /// let filter = SharedFilter::<u64>::new(BloomFilter::new(1_000, 0.01)?);
     /// let published = Arc::new(Mutex::new(Vec::new()));
-    /// let (outbox, digests) = (Arc::clone(&published), filter.clone());
+    /// // The hook sees every filter's keys as bytes: digest them on the untyped view.
+    /// let (outbox, digests) = (Arc::clone(&published), filter.untyped());
     /// filter.set_commit_hook(Some(Arc::new(move |key: &[u8]| {
     ///     outbox.lock().unwrap().push(digests.key_digest(key));
     /// })));
@@ -91,7 +93,7 @@ impl SharedFilter {
     /// # use std::sync::Arc;
     /// use bloom_tower::key_source::BoxError;
     /// use bloom_tower::shared_filter::{ErasedKeySource, ExternalRebuild};
-    /// use bloom_tower::{BloomFilter, Reloaded, SharedFilter};
+    /// use bloom_tower::{BloomFilter, shared_filter::Reloaded, SharedFilter};
     ///
     /// struct Fleet;
     /// impl ExternalRebuild for Fleet {
@@ -106,7 +108,7 @@ impl SharedFilter {
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let filter = SharedFilter::new(BloomFilter::new(1_000, 0.01)?);
+    /// let filter = SharedFilter::<u64>::new(BloomFilter::new(1_000, 0.01)?);
     /// filter.set_external_rebuild(Some(Arc::new(Fleet)));
     /// assert_eq!(filter.reload_from(&vec![1u64]).await?, Reloaded::Elsewhere);
     /// # Ok(())
@@ -132,7 +134,7 @@ impl SharedFilter {
     /// # use std::sync::Arc;
     /// # use std::sync::atomic::{AtomicBool, Ordering};
     /// # use bloom_tower::{BloomFilter, SharedFilter};
-    /// let filter = SharedFilter::new(BloomFilter::new(1_000, 0.01)?);
+    /// let filter = SharedFilter::<String>::new(BloomFilter::new(1_000, 0.01)?);
     /// let stale = Arc::new(AtomicBool::new(true));
     /// let flag = Arc::clone(&stale);
     /// filter.set_rejection_override(Some(Arc::new(move || flag.load(Ordering::Relaxed))));
@@ -148,7 +150,7 @@ impl SharedFilter {
     /// Starts a rebuild whose new filter the caller fills: `next` (usually empty) is published
     /// as the filter being built, so from now on every [`insert`](Self::insert) writes it as
     /// well as the serving one, exactly as during [`reload_from`](Self::reload_from) (the
-    /// [module docs](self) say why no insert is lost). [`Building::finish`] swaps it in;
+    /// [module docs](crate::shared_filter) say why no insert is lost). [`Building::finish`] swaps it in;
     /// dropping the [`Building`] abandons it and the serving filter stays.
     ///
     /// Fails if a rebuild is running. `next` may have any shape or kind: lookups only ever
@@ -160,7 +162,7 @@ impl SharedFilter {
         let next = Arc::new(self.shared.next_generation(next.into()));
         *self.shared.write_building() = Some(Arc::clone(&next));
         Ok(Building {
-            filter: self.clone(),
+            filter: self.untyped(),
             next,
             slot: Some(slot),
             started: std::time::Instant::now(),
@@ -228,9 +230,13 @@ impl<S: KeySource + Send + Sync> ErasedKeySource for S {
 }
 
 impl KeySource for dyn ErasedKeySource + '_ {
+    /// Bytes: an erased source feeds an untyped filter (`SharedFilter<AnyKey>`).
+    type Key = [u8];
     type Error = BoxError;
 
-    fn keys(&self) -> impl Stream<Item = Result<impl Key + Send + '_, BoxError>> + Send + '_ {
+    fn keys(
+        &self,
+    ) -> impl Stream<Item = Result<impl KeyFor<[u8]> + Send + '_, BoxError>> + Send + '_ {
         self.erased_keys()
     }
 
@@ -255,7 +261,7 @@ pub trait ExternalRebuild: Send + Sync {
     /// # use std::pin::Pin;
     /// use bloom_tower::key_source::BoxError;
     /// use bloom_tower::shared_filter::{ErasedKeySource, ExternalRebuild};
-    /// use bloom_tower::{BloomFilter, Reloaded, SharedFilter};
+    /// use bloom_tower::{BloomFilter, shared_filter::Reloaded, SharedFilter};
     ///
     /// /// Streams the source, as a replication layer would to fill the shared filter.
     /// struct Owner;
@@ -278,7 +284,7 @@ pub trait ExternalRebuild: Send + Sync {
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let filter = SharedFilter::new(BloomFilter::new(1_000, 0.01)?);
+    /// let filter = SharedFilter::<u64>::new(BloomFilter::new(1_000, 0.01)?);
     /// filter.set_external_rebuild(Some(std::sync::Arc::new(Owner)));
     /// assert_eq!(filter.reload_from(&vec![5u64, 6]).await?, Reloaded::Rebuilt { keys: 2 });
     /// assert!(!filter.contains(&5u64)); // this filter was not rebuilt here
@@ -294,7 +300,7 @@ pub trait ExternalRebuild: Send + Sync {
 /// A rebuild started by [`SharedFilter::start_building`]: every insert also writes
 /// [`filter`](Self::filter) until [`finish`](Self::finish) swaps it in or the value is dropped.
 pub struct Building {
-    filter: SharedFilter,
+    filter: SharedFilter<AnyKey>,
     next: Arc<Generation>,
     slot: Option<OwnedMutexGuard<Slot>>,
     /// For the rebuild-duration histogram.
@@ -378,7 +384,7 @@ mod tests {
 
     #[test]
     fn the_hook_sees_every_insert_after_it_is_local() {
-        let filter = SharedFilter::new(seeded());
+        let filter = SharedFilter::<AnyKey>::new(seeded());
         let seen = Arc::new(Mutex::new(Vec::new()));
         let (log, probe) = (Arc::clone(&seen), filter.clone());
         filter.set_insert_hook(Some(Arc::new(move |bytes: &[u8]| {
@@ -395,7 +401,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_external_build_double_writes_then_swaps() {
-        let filter = SharedFilter::new(seeded());
+        let filter = SharedFilter::<String>::new(seeded());
         filter.insert("old");
         let building = filter.start_building(seeded()).unwrap();
         assert_eq!(
@@ -424,7 +430,7 @@ mod tests {
 
     #[tokio::test]
     async fn dropping_an_external_build_keeps_the_serving_filter() {
-        let filter = SharedFilter::new(seeded());
+        let filter = SharedFilter::<String>::new(seeded());
         let building = filter.start_building(seeded()).unwrap();
         filter.insert("during");
         drop(building);

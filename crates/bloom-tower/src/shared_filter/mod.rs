@@ -70,6 +70,7 @@ mod start;
 
 use std::borrow::Cow;
 use std::fmt;
+use std::marker::PhantomData;
 use std::ops::Deref;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -80,12 +81,14 @@ use arc_swap::{ArcSwap, ArcSwapOption};
 use bloom_core::{AnyFilter, BloomFilter, BuildError, Key, ScalableBloomFilter};
 use tokio::sync::{Notify, watch};
 
+use crate::key::{AnyKey, KeyFor};
 use crate::key_source::Watermark;
 use crate::stats::{FilterCounters, FilterStats};
 
 pub use external::{
     AlreadyBuilding, Building, ErasedKeySource, ExternalRebuild, InsertHook, RejectionOverride,
 };
+#[cfg(feature = "guarded-cache")]
 pub(crate) use pending::AfterCommit;
 pub use pending::PendingInsert;
 #[cfg(feature = "admin")]
@@ -117,7 +120,7 @@ const DEFAULT_FPR: f64 = 0.01;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let filter = SharedFilter::new(BloomFilter::new(100_000, 0.01)?);
+/// let filter = SharedFilter::<u64>::new(BloomFilter::new(100_000, 0.01)?);
 /// filter.reload_from(&vec![1u64, 2, 3]).await?;
 /// filter.insert(&4u64);                 // a record created after the load
 /// assert!(filter.contains(&4u64));
@@ -139,9 +142,16 @@ const DEFAULT_FPR: f64 = 0.01;
 /// (every would-be rejection is let through and counted in
 /// [`FilterStats::unverified_passes`]) until a full rebuild swaps in;
 /// [`rebuild_every`](Self::rebuild_every) starts that rebuild at once.
-#[derive(Clone)]
-pub struct SharedFilter {
+pub struct SharedFilter<K: ?Sized> {
     shared: Arc<Shared>,
+    /// The key type is only a compile-time check: every handle is the same untyped filter.
+    _key: PhantomData<fn(&K)>,
+}
+
+impl<K: ?Sized> Clone for SharedFilter<K> {
+    fn clone(&self) -> Self {
+        Self::from_shared(Arc::clone(&self.shared))
+    }
 }
 
 /// The state behind every clone of one [`SharedFilter`].
@@ -268,7 +278,30 @@ impl Generation {
     }
 }
 
-impl SharedFilter {
+impl<K: ?Sized> SharedFilter<K> {
+    fn from_shared(shared: Arc<Shared>) -> Self {
+        Self {
+            shared,
+            _key: PhantomData,
+        }
+    }
+
+    /// The same filter, asked about and filled with keys of any type: for code that handles
+    /// every filter alike (an admin page, a replication task) or a filter of mixed keys.
+    ///
+    /// ```
+    /// use bloom_tower::{BloomFilter, SharedFilter, key::AnyKey};
+    ///
+    /// let orders = SharedFilter::<i64>::new(BloomFilter::new(1_000, 0.01)?);
+    /// orders.insert(&42i64);
+    /// let any: SharedFilter<AnyKey> = orders.untyped();
+    /// assert!(any.contains(&42i64));
+    /// # Ok::<(), bloom_core::BuildError>(())
+    /// ```
+    pub fn untyped(&self) -> SharedFilter<AnyKey> {
+        SharedFilter::from_shared(Arc::clone(&self.shared))
+    }
+
     /// Shares `filter` (a [`BloomFilter`], a [`CountingBloomFilter`](bloom_core::CountingBloomFilter)
     /// or a [`ScalableBloomFilter`]) with the default settings; see [`builder`](Self::builder)
     /// for the rest.
@@ -280,7 +313,7 @@ impl SharedFilter {
     }
 
     /// Configures a shared filter: name, rebuild sizing, auto-grow, hash key rotation.
-    pub fn builder() -> SharedFilterBuilder {
+    pub fn builder() -> SharedFilterBuilder<K> {
         SharedFilterBuilder::default()
     }
 
@@ -290,7 +323,7 @@ impl SharedFilter {
     /// source, see [`SharedFilterBuilder::start`]) it answers `true` for every key, and counts
     /// in [`FilterStats::unverified_passes`] the keys it would have rejected.
     #[inline]
-    pub fn contains<K: Key + ?Sized>(&self, key: &K) -> bool {
+    pub fn contains<Q: KeyFor<K> + ?Sized>(&self, key: &Q) -> bool {
         let current = self.shared.current.load();
         current.filter.contains(key)
             || (current.verifying && self.shared.let_through())
@@ -309,7 +342,7 @@ impl SharedFilter {
     /// can read the record while the guard still rejects its key; then, if rebuilds may run
     /// while writes are in flight, pass what it returns to
     /// [`insert_after_commit`](Self::insert_after_commit) once the write is committed.
-    pub fn insert<K: Key + ?Sized>(&self, key: &K) -> Inserted {
+    pub fn insert<Q: KeyFor<K> + ?Sized>(&self, key: &Q) -> Inserted {
         self.write(key, None)
     }
 
@@ -319,13 +352,13 @@ impl SharedFilter {
     /// Call it after the commit. It writes nothing when no rebuild started in between, so a
     /// [`CountingBloomFilter`](bloom_core::CountingBloomFilter) counts each record once and
     /// [`remove`](Self::remove) can take it out again.
-    pub fn insert_after_commit<K: Key + ?Sized>(&self, key: &K, inserted: Inserted) {
+    pub fn insert_after_commit<Q: KeyFor<K> + ?Sized>(&self, key: &Q, inserted: Inserted) {
         self.write(key, Some(inserted.newest));
     }
 
     /// Writes `key` into the serving and the building filter, or with `after`, into those of
     /// them published after generation `after`.
-    fn write<K: Key + ?Sized>(&self, key: &K, after: Option<u64>) -> Inserted {
+    fn write<Q: Key + ?Sized>(&self, key: &Q, after: Option<u64>) -> Inserted {
         let shared = &*self.shared;
         let is_new = |generation: &Generation| after.is_none_or(|n| generation.number > n);
         let (newest, wrote, became) = {
@@ -382,8 +415,8 @@ impl SharedFilter {
     /// delete, and only for a key that was inserted (a record that existed):
     ///
     /// ```
-    /// # use bloom_tower::{CountingBloomFilter, RemoveOutcome, SharedFilter};
-    /// # let filter = SharedFilter::new(CountingBloomFilter::new(1_000, 0.01)?);
+    /// # use bloom_tower::{CountingBloomFilter, shared_filter::RemoveOutcome, SharedFilter};
+    /// # let filter = SharedFilter::<u64>::new(CountingBloomFilter::new(1_000, 0.01)?);
     /// # filter.insert(&7u64);
     /// let before = filter.generation();
     /// // DELETE FROM users WHERE id = 7 … committed, one row affected
@@ -401,9 +434,9 @@ impl SharedFilter {
     ///
     /// # Errors
     /// [`CannotRemove`] if the filter is a plain or a scalable one.
-    pub fn remove<K: Key + ?Sized>(
+    pub fn remove<Q: KeyFor<K> + ?Sized>(
         &self,
-        key: &K,
+        key: &Q,
         before_delete: FilterGeneration,
     ) -> Result<RemoveOutcome, CannotRemove> {
         let shared = &*self.shared;
@@ -462,6 +495,11 @@ impl SharedFilter {
         }
     }
 
+    /// Distinct keys in the serving filter (as in [`FilterStats::approx_items`]); one load.
+    pub(crate) fn approx_items(&self) -> u64 {
+        self.shared.current.load().items.load(Relaxed)
+    }
+
     /// The name used in logs and as the `filter` metric label.
     pub fn name(&self) -> &str {
         &self.shared.name
@@ -473,7 +511,7 @@ impl SharedFilter {
     }
 }
 
-impl fmt::Debug for SharedFilter {
+impl<K: ?Sized> fmt::Debug for SharedFilter<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SharedFilter")
             .field("name", &self.shared.name)
@@ -618,7 +656,7 @@ impl Shared {
 /// ```
 /// use bloom_tower::{BloomFilter, SharedFilter};
 ///
-/// let filter = SharedFilter::builder()
+/// let filter = SharedFilter::<u64>::builder()
 ///     .name("users")
 ///     .capacity(2_000_000)      // rebuilds size for at least this many keys
 ///     .false_positive_rate(0.001)
@@ -627,9 +665,9 @@ impl Shared {
 /// assert_eq!(filter.name(), "users");
 /// # Ok::<(), bloom_core::BuildError>(())
 /// ```
-#[derive(Clone, Debug, Default)]
 #[must_use]
-pub struct SharedFilterBuilder {
+pub struct SharedFilterBuilder<K: ?Sized> {
+    _key: PhantomData<fn(&K)>,
     name: Option<Cow<'static, str>>,
     capacity: Option<u64>,
     fpr: Option<f64>,
@@ -639,7 +677,51 @@ pub struct SharedFilterBuilder {
     hash_key: Option<u128>,
 }
 
-impl SharedFilterBuilder {
+impl<K: ?Sized> Default for SharedFilterBuilder<K> {
+    fn default() -> Self {
+        Self {
+            _key: PhantomData,
+            name: None,
+            capacity: None,
+            fpr: None,
+            auto_grow: false,
+            rotate_seed: false,
+            snapshot: None,
+            hash_key: None,
+        }
+    }
+}
+
+impl<K: ?Sized> Clone for SharedFilterBuilder<K> {
+    fn clone(&self) -> Self {
+        Self {
+            _key: PhantomData,
+            name: self.name.clone(),
+            capacity: self.capacity,
+            fpr: self.fpr,
+            auto_grow: self.auto_grow,
+            rotate_seed: self.rotate_seed,
+            snapshot: self.snapshot.clone(),
+            hash_key: self.hash_key,
+        }
+    }
+}
+
+impl<K: ?Sized> fmt::Debug for SharedFilterBuilder<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedFilterBuilder")
+            .field("key", &std::any::type_name::<K>())
+            .field("name", &self.name)
+            .field("capacity", &self.capacity)
+            .field("false_positive_rate", &self.fpr)
+            .field("auto_grow", &self.auto_grow)
+            .field("rotate_seed", &self.rotate_seed)
+            .field("snapshot", &self.snapshot)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K: ?Sized> SharedFilterBuilder<K> {
     /// The name in logs and the `filter` metric label; `"default"` if not set.
     pub fn name(mut self, name: impl Into<Cow<'static, str>>) -> Self {
         self.name = Some(name.into());
@@ -702,40 +784,38 @@ impl SharedFilterBuilder {
 
     /// Shares `filter` (any kind: see [`SharedFilter::new`]). Its bits are scanned once to
     /// estimate how many keys it holds.
-    pub fn build(self, filter: impl Into<AnyFilter>) -> SharedFilter {
+    pub fn build(self, filter: impl Into<AnyFilter>) -> SharedFilter<K> {
         self.build_generation(Generation::counted(filter.into()))
     }
 
-    fn build_generation(self, generation: Generation) -> SharedFilter {
+    fn build_generation(self, generation: Generation) -> SharedFilter<K> {
         let filter = &generation.filter;
         let capacity = self.capacity.or(filter.capacity()).unwrap_or(0);
         let fpr = self.fpr.or(filter.target_fpr()).unwrap_or(DEFAULT_FPR);
         let digest = remote::digester(filter.seed());
         let (closed, _) = watch::channel(());
-        SharedFilter {
-            shared: Arc::new(Shared {
-                name: self.name.unwrap_or(Cow::Borrowed("default")),
-                current: ArcSwap::from_pointee(generation),
-                building: RwLock::new(None),
-                rebuild: Arc::new(tokio::sync::Mutex::new(rebuild::Slot::default())),
-                hook: ArcSwapOption::empty(),
-                rejection_override: ArcSwapOption::empty(),
-                commit_hook: ArcSwapOption::empty(),
-                external: ArcSwapOption::empty(),
-                digest,
-                caches: Mutex::new(Vec::new()),
-                generations: AtomicU64::new(0),
-                capacity: AtomicU64::new(capacity),
-                fpr,
-                rotate_seed: self.rotate_seed,
-                auto_grow: self.auto_grow,
-                grow: Arc::new(Notify::new()),
-                closed,
-                counters: FilterCounters::default(),
-                last_rebuild: Mutex::new(None),
-                snapshot: self.snapshot,
-            }),
-        }
+        SharedFilter::from_shared(Arc::new(Shared {
+            name: self.name.unwrap_or(Cow::Borrowed("default")),
+            current: ArcSwap::from_pointee(generation),
+            building: RwLock::new(None),
+            rebuild: Arc::new(tokio::sync::Mutex::new(rebuild::Slot::default())),
+            hook: ArcSwapOption::empty(),
+            rejection_override: ArcSwapOption::empty(),
+            commit_hook: ArcSwapOption::empty(),
+            external: ArcSwapOption::empty(),
+            digest,
+            caches: Mutex::new(Vec::new()),
+            generations: AtomicU64::new(0),
+            capacity: AtomicU64::new(capacity),
+            fpr,
+            rotate_seed: self.rotate_seed,
+            auto_grow: self.auto_grow,
+            grow: Arc::new(Notify::new()),
+            closed,
+            counters: FilterCounters::default(),
+            last_rebuild: Mutex::new(None),
+            snapshot: self.snapshot,
+        }))
     }
 }
 
@@ -754,7 +834,7 @@ mod tests {
 
     #[test]
     fn rebuild_sizing_takes_the_larger_of_capacity_and_hint() {
-        let filter = SharedFilter::new(seeded(1_000));
+        let filter = SharedFilter::<u64>::new(seeded(1_000));
         let shared = &filter.shared;
         assert_eq!(shared.next_filter(None).unwrap().capacity(), Some(1_000));
         assert_eq!(
@@ -771,7 +851,7 @@ mod tests {
     #[test]
     fn a_filter_sized_by_bits_is_rebuilt_in_the_same_shape() {
         let by_bits = BloomFilter::builder().bits(4096).hashes(3).seed(1).build();
-        let filter = SharedFilter::new(by_bits.unwrap());
+        let filter = SharedFilter::<u64>::new(by_bits.unwrap());
         let next = filter.shared.next_filter(None).unwrap();
         let next = next.as_plain().unwrap();
         assert_eq!((next.num_bits(), next.num_hashes()), (4096, 3));
@@ -782,7 +862,9 @@ mod tests {
 
     #[test]
     fn rotating_the_seed_draws_a_new_hash_key() {
-        let filter = SharedFilter::builder().rotate_seed(true).build(seeded(100));
+        let filter = SharedFilter::<u64>::builder()
+            .rotate_seed(true)
+            .build(seeded(100));
         assert_ne!(filter.shared.next_filter(None).unwrap().seed(), 7);
     }
 
@@ -792,7 +874,7 @@ mod tests {
         for key in 0..1_000u64 {
             prefilled.insert(&key);
         }
-        let stats = SharedFilter::new(prefilled).stats();
+        let stats = SharedFilter::<u64>::new(prefilled).stats();
         assert!((950..1_050).contains(&stats.approx_items), "{stats:?}");
     }
 }

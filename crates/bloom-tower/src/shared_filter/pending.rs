@@ -17,6 +17,7 @@ use std::time::Duration;
 use bloom_core::Key;
 
 use super::{Inserted, SharedFilter};
+use crate::key::{AnyKey, KeyFor};
 
 /// How long after a cancelled create its after-commit insert is repeated: a commit whose
 /// future was dropped may still be applied by the database a moment later, after the first
@@ -40,7 +41,7 @@ pub(crate) trait AfterCommit: Send + Sync {
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let filter = SharedFilter::new(BloomFilter::new(1_000, 0.01)?);
+/// let filter = SharedFilter::<u64>::new(BloomFilter::new(1_000, 0.01)?);
 /// let pending = filter.prepare_insert(&42u64); // 1. before the record is visible
 /// // 2. INSERT INTO users … COMMIT
 /// pending.committed().await;                   // 3. after the commit
@@ -57,14 +58,14 @@ pub(crate) trait AfterCommit: Send + Sync {
 /// the next rebuild, which is harmless (the lookup finds no record).
 #[must_use = "call .committed().await after the commit (dropping it does the same work, later)"]
 pub struct PendingInsert {
-    filter: SharedFilter,
+    filter: SharedFilter<AnyKey>,
     key: Box<[u8]>,
     inserted: Inserted,
     cache: Option<Box<dyn AfterCommit>>,
     done: bool,
 }
 
-impl SharedFilter {
+impl<K: ?Sized> SharedFilter<K> {
     /// Inserts `key` now, before the write that creates its record becomes visible, and
     /// returns a [`PendingInsert`]: call [`PendingInsert::committed`] once the write is
     /// committed. It writes `key` into every filter a rebuild published since the insert (the
@@ -80,7 +81,7 @@ impl SharedFilter {
     /// # use bloom_tower::{BloomFilter, SharedFilter};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let filter = SharedFilter::new(BloomFilter::new(1_000, 0.01)?);
+    /// # let filter = SharedFilter::<String>::new(BloomFilter::new(1_000, 0.01)?);
     /// let pending = filter.prepare_insert("order:7");
     /// // the write, committed
     /// pending.committed().await;
@@ -88,22 +89,23 @@ impl SharedFilter {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn prepare_insert<K: Key + ?Sized>(&self, key: &K) -> PendingInsert {
+    pub fn prepare_insert<Q: KeyFor<K> + ?Sized>(&self, key: &Q) -> PendingInsert {
         PendingInsert::new(self, key, None)
     }
 }
 
 impl PendingInsert {
-    pub(crate) fn new<K: Key + ?Sized>(
-        filter: &SharedFilter,
-        key: &K,
+    pub(crate) fn new<K: ?Sized, Q: Key + ?Sized>(
+        filter: &SharedFilter<K>,
+        key: &Q,
         cache: Option<Box<dyn AfterCommit>>,
     ) -> Self {
         // `Key for [u8]` hashes the bytes themselves: the owned copy is the same key.
         let key: Box<[u8]> = key.key_bytes().as_ref().into();
+        let filter = filter.untyped();
         let inserted = filter.insert(&*key);
         Self {
-            filter: filter.clone(),
+            filter,
             key,
             inserted,
             cache,
@@ -125,7 +127,7 @@ impl PendingInsert {
     }
 }
 
-impl SharedFilter {
+impl<K: ?Sized> SharedFilter<K> {
     /// Tells the [commit hook](Self::set_commit_hook), if any, that `key`'s after-commit work
     /// is done.
     fn committed_hook(&self, key: &[u8]) {

@@ -13,6 +13,7 @@ use tokio::sync::{MutexGuard, Notify};
 use tokio::task::JoinHandle;
 
 use super::{ErasedKeySource, Generation, Shared, SharedFilter};
+use crate::key::{AnyKey, KeyFor};
 use crate::key_source::{BoxError, KeySource};
 use crate::stats::RebuildOutcome;
 
@@ -189,7 +190,7 @@ where
     }
 }
 
-impl SharedFilter {
+impl<K: ?Sized> SharedFilter<K> {
     /// Rebuilds the filter from `source` and swaps it in atomically.
     ///
     /// The new filter is sized for the configured capacity or the source's
@@ -212,6 +213,7 @@ impl SharedFilter {
     pub async fn reload_from<S>(&self, source: &S) -> Result<Reloaded, ReloadError>
     where
         S: KeySource + Sync + ?Sized,
+        S::Key: KeyFor<K>,
     {
         // Before the rebuild slot: the owner may fill this filter with `start_building`,
         // which takes it.
@@ -336,7 +338,7 @@ impl SharedFilter {
     /// in a Tokio task, until [`BackgroundTask::shutdown`] or until every handle to this filter
     /// (every clone, every guard holding one) is dropped. A failed rebuild is logged with
     /// `tracing` at `warn` and the old filter keeps serving; the next one runs on schedule.
-    /// With [`auto_grow`](crate::SharedFilterBuilder::auto_grow), saturation triggers a rebuild
+    /// With [`auto_grow`](crate::shared_filter::SharedFilterBuilder::auto_grow), saturation triggers a rebuild
     /// at once. With an [owner](Self::set_external_rebuild) installed, each one goes to it.
     ///
     /// While the filter is [verifying](Self::is_verifying) (a snapshot that could not be
@@ -352,6 +354,7 @@ impl SharedFilter {
     pub fn rebuild_every<S>(&self, interval: Duration, source: S) -> BackgroundTask
     where
         S: KeySource + Send + Sync + 'static,
+        S::Key: KeyFor<K>,
     {
         let filter = Arc::downgrade(&self.shared);
         let mut closed = self.shared.closed.subscribe();
@@ -376,7 +379,7 @@ impl SharedFilter {
                 let Some(shared) = filter.upgrade() else {
                     return;
                 };
-                let filter = SharedFilter { shared };
+                let filter = SharedFilter::<AnyKey>::from_shared(shared);
                 let result = tokio::select! {
                     () = stopped.notified() => return,
                     result = filter.reload_from(&source) => result,

@@ -9,10 +9,10 @@
 
 use std::sync::{PoisonError, Weak};
 
-use bloom_core::Key;
 use siphasher::sip::SipHasher13;
 
 use super::SharedFilter;
+use crate::key::KeyFor;
 
 /// XOR-ed into the filter's hash key to key the digests: the same secret, but a different
 /// PRF key, so a digest reveals nothing about the filter's bit positions and vice versa.
@@ -31,15 +31,15 @@ pub(crate) trait ForgetByDigest: Send + Sync {
     fn forget_digest(&self, digest: u64);
 }
 
-impl SharedFilter {
-    /// A keyed 64-bit digest of `key` ([`Key::key_bytes`]): SipHash-1-3 under a key derived
+impl<K: ?Sized> SharedFilter<K> {
+    /// A keyed 64-bit digest of `key` ([`Key::key_bytes`](bloom_core::Key::key_bytes)): SipHash-1-3 under a key derived
     /// from the hash key of the filter this `SharedFilter` was built with. Meant for telling
     /// other instances *which* key changed without sending the key: instances built with the
     /// same hash key compute the same digest, and without the hash key nobody can compute it
     /// or tell which key a digest stands for (short of a collision, 2⁻⁶⁴ per pair).
     ///
     /// Fixed for this filter's life: a rebuild with
-    /// [`rotate_seed`](crate::SharedFilterBuilder::rotate_seed) changes the bit hashing, not
+    /// [`rotate_seed`](crate::shared_filter::SharedFilterBuilder::rotate_seed) changes the bit hashing, not
     /// this (instances rotate independently, their digests must still agree).
     ///
     /// ```
@@ -52,12 +52,12 @@ impl SharedFilter {
     ///         .seed(42) // shared by the instances, like the filter's bits
     ///         .build()
     /// };
-    /// let (a, b) = (SharedFilter::new(filter()?), SharedFilter::new(filter()?));
+    /// let (a, b) = (SharedFilter::<u64>::new(filter()?), SharedFilter::<u64>::new(filter()?));
     /// assert_eq!(a.key_digest(&7u64), b.key_digest(&7u64)); // same hash key, same digest
     /// assert_ne!(a.key_digest(&7u64), a.key_digest(&8u64));
     /// # Ok::<(), bloom_core::BuildError>(())
     /// ```
-    pub fn key_digest<K: Key + ?Sized>(&self, key: &K) -> u64 {
+    pub fn key_digest<Q: KeyFor<K> + ?Sized>(&self, key: &Q) -> u64 {
         self.shared.digest.hash(key.key_bytes().as_ref())
     }
 
@@ -75,7 +75,7 @@ impl SharedFilter {
     /// # use bloom_tower::{BloomFilter, GuardedCache, SharedFilter};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let filter = SharedFilter::new(BloomFilter::new(1_000, 0.01)?);
+    /// # let filter = SharedFilter::<u64>::new(BloomFilter::new(1_000, 0.01)?);
     /// filter.insert(&7u64); // replicated from the instance that created it
     /// let users: GuardedCache<u64, String> = GuardedCache::builder(filter.clone()).build();
     /// let absent = |_| async { Ok::<_, std::io::Error>(None) };
@@ -100,6 +100,7 @@ impl SharedFilter {
 
     /// Registers a cache for [`forget_remote`](Self::forget_remote); it stays registered
     /// until it is dropped (only a weak reference is kept).
+    #[cfg(feature = "guarded-cache")]
     pub(crate) fn register_cache(&self, cache: Weak<dyn ForgetByDigest>) {
         let mut caches = self.caches();
         caches.retain(|cache| cache.strong_count() > 0);
@@ -133,7 +134,7 @@ mod tests {
     fn the_digest_is_not_the_filters_own_hash() {
         // The filter hashes with SipHash-1-3 under the seed itself; the digest must not be
         // that value, or digests would give away bit positions.
-        let filter = SharedFilter::new(seeded(9));
+        let filter = SharedFilter::<u64>::new(seeded(9));
         let plain = SipHasher13::new_with_key(&9u128.to_le_bytes()).hash(&7u64.to_le_bytes());
         assert_ne!(filter.key_digest(&7u64), plain);
         assert_eq!(
@@ -144,7 +145,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_rotating_rebuild_keeps_the_digest() {
-        let filter = SharedFilter::builder().rotate_seed(true).build(seeded(9));
+        let filter = SharedFilter::<String>::builder()
+            .rotate_seed(true)
+            .build(seeded(9));
         let before = filter.key_digest("k");
         filter.reload_from(&vec!["k"]).await.unwrap();
         assert_ne!(filter.current().seed(), 9);
@@ -159,7 +162,7 @@ mod tests {
                 self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
         }
-        let filter = SharedFilter::new(seeded(1));
+        let filter = SharedFilter::<u64>::new(seeded(1));
         let kept = std::sync::Arc::new(Counting(0.into()));
         let dropped = std::sync::Arc::new(Counting(0.into()));
         let weak = |c: &std::sync::Arc<Counting>| {

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use super::{Generation, Shared, SharedFilter};
 
-/// The most keys [auto-grow](crate::SharedFilterBuilder::auto_grow) sizes a rebuild for:
+/// The most keys [auto-grow](crate::shared_filter::SharedFilterBuilder::auto_grow) sizes a rebuild for:
 /// 2³² (about 4.3 billion keys, 5 GiB of bits at a 1% false-positive rate). Any rate
 /// bloom-core can build (at most 64 probes, so at most 64 / ln 2 ≈ 92 bits per key) fits that
 /// many keys well within its largest filter, [`MAX_BITS`](bloom_core::params::MAX_BITS). A
@@ -30,7 +30,7 @@ pub struct SaturationReport {
     pub saturated: bool,
 }
 
-impl SharedFilter {
+impl<K: ?Sized> SharedFilter<K> {
     /// Scans the serving filter's bits (O(size); call it from a health check or a timer, not
     /// per request) and reports its fill. If it is saturated (more keys than its capacity, or
     /// a false-positive rate above twice the target) this also emits the saturation warning,

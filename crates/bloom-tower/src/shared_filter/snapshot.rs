@@ -18,6 +18,7 @@ use tokio::sync::Notify;
 
 use super::rebuild::{BackgroundTask, Chain};
 use super::{Generation, SharedFilter, SharedFilterBuilder};
+use crate::key::AnyKey;
 
 /// Why a snapshot could not be saved or loaded.
 #[derive(Debug, thiserror::Error)]
@@ -67,7 +68,7 @@ impl SnapshotError {
     }
 }
 
-impl SharedFilter {
+impl<K: ?Sized> SharedFilter<K> {
     /// Writes the serving filter to `path` atomically (temporary file, fsync, rename, fsync of
     /// the directory), on Tokio's blocking pool, labelled with this filter's name and the
     /// source watermark it is complete up to. The file holds the secret hash key: it is
@@ -126,7 +127,9 @@ impl SharedFilter {
                 let Some(shared) = filter.upgrade() else {
                     return;
                 };
-                SharedFilter { shared }.save_logged().await;
+                SharedFilter::<AnyKey>::from_shared(shared)
+                    .save_logged()
+                    .await;
             }
         });
         BackgroundTask::new(stop, task)
@@ -155,16 +158,16 @@ impl SharedFilter {
     /// The loaded filter serves *verifying* (see [`contains`](Self::contains)) until a
     /// rebuild: it cannot know what was created since it was saved. To serve a snapshot with
     /// no such pause, start with [`SharedFilterBuilder::start`], which catches it up.
-    pub async fn load(path: impl AsRef<Path>) -> Result<SharedFilter, SnapshotError> {
+    pub async fn load(path: impl AsRef<Path>) -> Result<SharedFilter<K>, SnapshotError> {
         Self::builder().load(path).await
     }
 }
 
-impl SharedFilterBuilder {
+impl<K: ?Sized> SharedFilterBuilder<K> {
     /// Loads a snapshot written by [`SharedFilter::save`] (or a bare filter file, of any
     /// kind) and shares it with these settings, *verifying* until its first rebuild (see
     /// [`SharedFilter::load`]).
-    pub async fn load(self, path: impl AsRef<Path>) -> Result<SharedFilter, SnapshotError> {
+    pub async fn load(self, path: impl AsRef<Path>) -> Result<SharedFilter<K>, SnapshotError> {
         let snapshot = read(path.as_ref()).await?;
         let watermark = snapshot
             .label

@@ -13,6 +13,7 @@ use bloom_core::{AnyFilter, Snapshot};
 use super::rebuild::{Chain, ReloadError, Reloaded, fill};
 use super::snapshot::{self, SnapshotError};
 use super::{Generation, SharedFilter, SharedFilterBuilder};
+use crate::key::KeyFor;
 use crate::key_source::{KeySource, Watermark};
 
 /// How [`SharedFilterBuilder::start`] made the filter it returned.
@@ -40,7 +41,7 @@ pub enum Started {
     },
 }
 
-impl SharedFilterBuilder {
+impl<K: ?Sized> SharedFilterBuilder<K> {
     /// Starts the filter the way a restarting service needs it, and only returns when it can
     /// serve without rejecting any key the source holds:
     ///
@@ -63,14 +64,14 @@ impl SharedFilterBuilder {
     /// positive after one removal, never a false negative).
     ///
     /// ```
-    /// use bloom_tower::{BloomFilter, SharedFilter, Started};
+    /// use bloom_tower::{BloomFilter, SharedFilter, shared_filter::Started};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let dir = tempfile::tempdir()?;
     /// let ids = vec![1u64, 2, 3];
     /// let start = || {
-    ///     SharedFilter::builder()
+    ///     SharedFilter::<u64>::builder()
     ///         .name("users")
     ///         .snapshot(dir.path().join("users.bloom"))
     ///         .start(BloomFilter::new(1_000, 0.01).unwrap(), &ids)
@@ -92,9 +93,10 @@ impl SharedFilterBuilder {
         self,
         initial: impl Into<AnyFilter>,
         source: &S,
-    ) -> Result<(SharedFilter, Started), ReloadError>
+    ) -> Result<(SharedFilter<K>, Started), ReloadError>
     where
         S: KeySource + Sync + ?Sized,
+        S::Key: KeyFor<K>,
     {
         let initial = initial.into();
         let refused = match self.snapshot.clone() {
@@ -160,7 +162,7 @@ impl SharedFilterBuilder {
     }
 
     /// Reads the keys added since the snapshot's watermark into it; verifying if it cannot.
-    async fn catch_up<S>(self, snapshot: Snapshot, source: &S) -> (SharedFilter, Started)
+    async fn catch_up<S>(self, snapshot: Snapshot, source: &S) -> (SharedFilter<K>, Started)
     where
         S: KeySource + ?Sized,
     {

@@ -1,0 +1,83 @@
+//! The WARN a guard logs when it rejects everyone: an empty filter, or keys of another form.
+//!
+//! A key-type mismatch (`path_param("id")` yields the text `"42"`, the filter holds the
+//! integer `42`) once rejected every existing id with only DEBUG logs. Typed filters make the
+//! common cases compile errors; these checks catch the rest (a closure that formats keys
+//! differently, a filter that was never loaded) at the first requests, where an operator
+//! looks.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::shared_filter::SharedFilter;
+
+/// How many checks, all rejected, make the guard suspect its keys.
+pub(crate) const SUSPICIOUS_REJECTIONS: u64 = 100;
+
+/// How often, at most, the guard repeats that its filter is empty.
+const EMPTY_WARNING_EVERY_SECS: u64 = 60;
+
+/// What a guard has warned about already.
+#[derive(Default)]
+pub(crate) struct Diagnosis {
+    /// Seconds since the epoch of the last "empty filter" warning; 0 before the first.
+    empty_warned_at: AtomicU64,
+    mismatch_warned: AtomicBool,
+}
+
+impl Diagnosis {
+    /// After the guard's `rejected`-th rejection (`passed`: how many it let through). Cheap
+    /// on the common path: it reads the filter only at the first rejection, every 1024th, and
+    /// at the [`SUSPICIOUS_REJECTIONS`]th while nothing has passed.
+    #[inline]
+    pub(crate) fn after_rejection<K: ?Sized>(
+        &self,
+        guard: &str,
+        filter: &SharedFilter<K>,
+        rejected: u64,
+        passed: impl FnOnce() -> u64,
+    ) {
+        let suspicious = rejected == SUSPICIOUS_REJECTIONS && passed() == 0;
+        if rejected != 1 && rejected % 1024 != 0 && !suspicious {
+            return;
+        }
+        self.diagnose(guard, filter, suspicious);
+    }
+
+    #[cold]
+    fn diagnose<K: ?Sized>(&self, guard: &str, filter: &SharedFilter<K>, suspicious: bool) {
+        let keys = filter.approx_items();
+        if keys == 0 {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(1, |since| since.as_secs().max(1));
+            let last = self.empty_warned_at.load(Relaxed);
+            if (last == 0 || now >= last + EMPTY_WARNING_EVERY_SECS)
+                && self
+                    .empty_warned_at
+                    .compare_exchange(last, now, Relaxed, Relaxed)
+                    .is_ok()
+            {
+                tracing::warn!(
+                    guard = %guard,
+                    filter = %filter.name(),
+                    "the guard's filter holds no keys, so it rejects every request: load it \
+                     (SharedFilterBuilder::start, reload_from) before serving, or check that the \
+                     key source is not empty",
+                );
+            }
+        } else if suspicious && !self.mismatch_warned.swap(true, Relaxed) {
+            tracing::warn!(
+                guard = %guard,
+                filter = %filter.name(),
+                filter_keys = keys,
+                checks = SUSPICIOUS_REJECTIONS,
+                "the guard rejected every one of its first {SUSPICIOUS_REJECTIONS} checks against a \
+                 filter of about {keys} keys: the extractor likely yields keys of another form than \
+                 the ones inserted (the text \"42\" is not the integer 42: extract with \
+                 .parse::<T>() for the type you insert; or another part of the request, or \
+                 differently formatted text)",
+            );
+        }
+    }
+}

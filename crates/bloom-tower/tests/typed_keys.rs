@@ -1,0 +1,179 @@
+//! A guard that rejects everyone says so. Typed filters make a key-type mismatch a compile
+//! error (the `compile_fail` examples on `key::path_param` and `key::KeyFor`); what types
+//! cannot see (an empty filter, a closure that formats keys differently from the inserts) is
+//! logged at WARN within the first requests. Real axum servers on TCP ports, a real hyper
+//! client, and the crate's real `tracing` events captured by a subscriber.
+#![cfg(feature = "axum")]
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::Path;
+use axum::routing::get;
+use bloom_tower::{BloomFilter, BloomGuard, KeyExtractor, SharedFilter, key};
+use http::{Request, StatusCode};
+use http_body_util::Empty;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+/// Every line the crate logs, for the whole test binary (tests run in parallel: each one
+/// names its guard and reads only its lines).
+fn logs() -> &'static Mutex<String> {
+    static LOGS: OnceLock<Arc<Mutex<String>>> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs = Arc::new(Mutex::new(String::new()));
+        let sink = Arc::clone(&logs);
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .with_writer(move || Sink(Arc::clone(&sink)))
+            .init();
+        logs
+    })
+}
+
+struct Sink(Arc<Mutex<String>>);
+
+impl io::Write for Sink {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap()
+            .push_str(&String::from_utf8_lossy(bytes));
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The WARN lines that name `guard`.
+fn warnings_of(guard: &str) -> Vec<String> {
+    let needle = format!("guard={guard} ");
+    logs()
+        .lock()
+        .unwrap()
+        .lines()
+        .filter(|line| line.contains(" WARN ") && line.contains(&needle))
+        .map(str::to_owned)
+        .collect()
+}
+
+fn filter<K: ?Sized>(seed: u128) -> SharedFilter<K> {
+    SharedFilter::builder().name("users").build(
+        BloomFilter::builder()
+            .expected_items(10_000)
+            .false_positive_rate(0.01)
+            .seed(seed)
+            .build()
+            .unwrap(),
+    )
+}
+
+/// `/users/{id}` behind a guard named `name` over `filter` with `extractor`.
+async fn serve<K, E>(name: &'static str, filter: SharedFilter<K>, extractor: E) -> Server
+where
+    K: ?Sized + Send + Sync + 'static,
+    E: KeyExtractor<Request<axum::body::Body>> + Clone + Send + Sync + 'static,
+    for<'a> E::Key<'a>: key::KeyFor<K>,
+{
+    logs();
+    let app = Router::new()
+        .route(
+            "/users/{id}",
+            get(|Path(id): Path<String>| async move { format!("user {id}") }),
+        )
+        .route_layer(BloomGuard::new(filter, extractor).name(name));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    Server {
+        addr,
+        client: Client::builder(TokioExecutor::new()).build_http(),
+    }
+}
+
+struct Server {
+    addr: SocketAddr,
+    client: Client<HttpConnector, Empty<Bytes>>,
+}
+
+impl Server {
+    async fn get(&self, id: u64) -> StatusCode {
+        let uri = format!("http://{}/users/{id}", self.addr);
+        self.client
+            .get(uri.parse().unwrap())
+            .await
+            .unwrap()
+            .status()
+    }
+}
+
+#[tokio::test]
+async fn a_guard_over_a_filter_that_was_never_loaded_warns_once_that_it_holds_no_keys() {
+    let users = filter::<u64>(1);
+    let server = serve("empty-users", users, key::path_param("id").parse::<u64>()).await;
+    for id in 1..=5 {
+        assert_eq!(server.get(id).await, StatusCode::NOT_FOUND);
+    }
+    let warnings = warnings_of("empty-users");
+    assert_eq!(warnings.len(), 1, "{warnings:#?}");
+    assert!(warnings[0].contains("holds no keys"), "{}", warnings[0]);
+    assert!(warnings[0].contains("filter=users"), "{}", warnings[0]);
+}
+
+/// Keys inserted as `"user:{id}"`, extracted as the bare id: both text, so the types agree,
+/// and every existing user is rejected. The 100th rejection with nothing passed names the
+/// likely cause, once.
+#[tokio::test]
+async fn a_guard_that_rejects_all_of_its_first_hundred_checks_warns_of_a_key_mismatch() {
+    let users = filter::<String>(2);
+    let inserted: Vec<String> = (1..=1_000).map(|id| format!("user:{id}")).collect();
+    users.reload_from(&inserted).await.unwrap();
+    let server = serve("mismatched-users", users, key::path_param("id")).await;
+    for id in 1..=99 {
+        assert_eq!(server.get(id).await, StatusCode::NOT_FOUND);
+    }
+    assert!(warnings_of("mismatched-users").is_empty());
+    for id in 100..=300 {
+        assert_eq!(server.get(id).await, StatusCode::NOT_FOUND);
+    }
+    let warnings = warnings_of("mismatched-users");
+    assert_eq!(warnings.len(), 1, "{warnings:#?}");
+    assert!(
+        warnings[0].contains("rejected every one of its first 100 checks"),
+        "{}",
+        warnings[0]
+    );
+    assert!(warnings[0].contains(".parse::<T>()"), "{}", warnings[0]);
+}
+
+/// The same traffic pattern (ids 1..=300, most of them absent) through a guard whose keys
+/// match: some pass before the 100th rejection, so nothing is logged.
+#[tokio::test]
+async fn a_guard_whose_keys_match_stays_quiet_however_many_it_rejects() {
+    let users = filter::<u64>(3);
+    users
+        .reload_from(&(1..=10u64).map(|id| id * 30).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    let server = serve(
+        "matching-users",
+        users,
+        key::path_param("id").parse::<u64>(),
+    )
+    .await;
+    let mut passed = 0;
+    for id in 1..=300 {
+        if server.get(id).await == StatusCode::OK {
+            passed += 1;
+        }
+    }
+    assert!(passed >= 10, "every inserted id passes: {passed}");
+    assert!(warnings_of("matching-users").is_empty());
+}
