@@ -288,6 +288,13 @@ async fn absent_ids_do_not_reach_the_database(backend: Backend) {
         "a rejected id reached the database"
     );
     assert_eq!(service.app.stats().guard.rejected, rejected.len() as u64);
+    // The guard marks its own answers.
+    let response = client
+        .get(format!("{}/users/{}", service.url(), rejected[0]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["x-bloom-guard"], "rejected");
 
     // Any absent ids: all 404, and the only ones that reach the database are the filter's
     // false positives, each loaded once (then negative-cached).
@@ -373,8 +380,14 @@ async fn created_user_is_found_at_once(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::NO_CONTENT);
-    let (status, _) = get(&client, format!("{}/users/5", service.url())).await;
-    assert_eq!(status, StatusCode::NOT_FOUND);
+    let response = client
+        .get(format!("{}/users/5", service.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    // The database answered this 404, not the guard: no mark.
+    assert!(response.headers().get("x-bloom-guard").is_none());
     service.shutdown().await.unwrap();
 }
 
@@ -937,6 +950,17 @@ async fn sqlite_admin_routes_rebuild_and_snapshot() {
         .unwrap();
     assert_eq!(filters["filters"][0]["name"], name.as_str(), "{filters}");
     assert_eq!(filters["filters"][0]["rebuilds"], 1, "{filters}");
+    let guards: Value = client
+        .get(format!("{admin_url}/guards"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(guards["guards"][0]["name"], name.as_str(), "{guards}");
+    let checked = guards["guards"][0]["checked"].as_u64().unwrap();
+    assert_eq!(checked, service.app.stats().guard.checked, "{guards}");
 
     // Another writer's user: not in this instance's filter until a rebuild reads the table.
     let filter = service.app.filter().unwrap().clone();

@@ -4,7 +4,7 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use bloom_tower::LoadError;
+use bloom_tower::guarded_cache::LoadErrorKind;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -47,7 +47,7 @@ pub(super) async fn get_user(State(app): State<App>, Path(id): Path<u64>) -> Res
                 .await
             {
                 Ok(found) => found,
-                Err(LoadError::Timeout(_)) => {
+                Err(error) if error.kind() == LoadErrorKind::Timeout => {
                     return (
                         StatusCode::SERVICE_UNAVAILABLE,
                         Json(json!({ "error": "database timeout" })),

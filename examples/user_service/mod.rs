@@ -43,7 +43,7 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use bloom_core::BloomFilter;
 use bloom_tower::key::{self, Parse, PathParam};
-use bloom_tower::reject::RejectedKey;
+use bloom_tower::reject::{REJECTION_HEADER, RejectedKey, RejectionHeader};
 use bloom_tower::shared_filter::{BackgroundTask, Started};
 use bloom_tower::stats::GuardStats;
 use bloom_tower::{BloomGuard, GuardedCache, SharedFilter};
@@ -165,7 +165,8 @@ impl Config {
 }
 
 /// The guard's type: `{id}` parsed as `u64`, absent ids answered by [`no_such_user`].
-type Guard = BloomGuard<u64, Parse<PathParam, u64>, fn(RejectedKey<'_>) -> Response>;
+type Guard =
+    BloomGuard<u64, Parse<PathParam, u64>, RejectionHeader<fn(RejectedKey<'_>) -> Response>>;
 
 /// The service: database, filter, guard and cache. Cheap to clone (an `Arc`).
 #[derive(Clone)]
@@ -272,7 +273,10 @@ impl App {
             let guard: Guard =
                 BloomGuard::new(filter.clone(), key::path_param("id").parse::<u64>())
                     .name(config.name.clone())
-                    .on_reject(no_such_user as fn(RejectedKey<'_>) -> Response);
+                    .on_reject(no_such_user as fn(RejectedKey<'_>) -> Response)
+                    // `x-bloom-guard: rejected` on the guard's own 404s, so that an operator
+                    // (or a client's logs) can tell them from the database's "no such user".
+                    .rejection_header(REJECTION_HEADER);
             let cache = GuardedCache::builder(filter.clone())
                 .name(config.name.clone())
                 .max_capacity(config.cache_capacity)
@@ -319,14 +323,16 @@ impl App {
             .with_state(self.clone())
     }
 
-    /// The operator's routes over the filter and the cache (`GET /filters`,
-    /// `POST /filters/{name}/rebuild`, `POST /filters/{name}/snapshot`, `GET /caches`; see
+    /// The operator's routes over the filter, the guard and the cache (`GET /filters`,
+    /// `POST /filters/{name}/rebuild`, `POST /filters/{name}/snapshot`, `GET /guards`,
+    /// `GET /caches`; see
     /// [`bloom_tower::admin`]); `None` when unguarded. **No authentication**: the service
     /// serves it only on `--admin-port`, a separate listener on 127.0.0.1.
     pub fn admin_router(&self) -> Option<Router> {
         let guarded = self.inner.guarded.as_ref()?;
         let admin = bloom_tower::admin::Admin::new()
             .filter(guarded.filter.clone(), guarded.source.clone())
+            .guard(&guarded.guard)
             .cache(self.inner.config.name.clone(), guarded.cache.clone());
         Some(bloom_tower::admin::router(admin))
     }

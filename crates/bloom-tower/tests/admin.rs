@@ -463,3 +463,57 @@ fn two_filters_of_one_name_are_refused() {
         .filter(SharedFilter::<u64>::new(bloom(10)), vec![1u64])
         .filter(SharedFilter::<u64>::new(bloom(10)), vec![1u64]);
 }
+
+/// `GET /guards` shows a registered guard's counters as its requests move them, and a filter's
+/// stats carry the measured false-positive rate once a cache reports false positives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guard_stats_and_the_filter_accuracy_are_listed() {
+    let filter = SharedFilter::<u64>::builder()
+        .name("users")
+        .build(bloom(1_000));
+    filter.insert(&1u64);
+    filter.insert(&2u64); // a false positive: in the filter, not in the "database"
+    let guard =
+        BloomGuard::new(filter.clone(), key::path_param("id").parse::<u64>()).name("users-guard");
+    let cache: bloom_tower::GuardedCache<u64, String> =
+        bloom_tower::GuardedCache::builder(filter.clone()).build();
+    let admin = admin::Admin::new()
+        .filter(filter.clone(), vec![1u64])
+        .guard(&guard);
+    let app = Router::new()
+        .route(
+            "/users/{id}",
+            get(|Path(id): Path<u64>| async move { format!("user {id}") }),
+        )
+        .route_layer(guard)
+        .nest("/admin", admin::router(admin));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let server = Server {
+        addr,
+        client: Client::builder(TokioExecutor::new()).build_http(),
+    };
+
+    let absent = (3u64..).filter(|id| !filter.contains(id)).take(3);
+    for id in [1, 2].into_iter().chain(absent) {
+        server.get(&format!("/users/{id}")).await;
+    }
+    let (status, guards) = server.get("/admin/guards").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        guards,
+        serde_json::json!({"guards": [{"name": "users-guard", "checked": 5, "passed": 2,
+            "rejected": 3, "missing_key": 0}]})
+    );
+
+    // The loader does not find 2: one false positive against the guard's 3 rejections.
+    let nobody = |_| async { Ok::<_, io::Error>(None) };
+    assert_eq!(cache.get_or_load(&2, nobody).await.unwrap(), None);
+    let (_, users) = server.get("/admin/filters/users").await;
+    assert_eq!(
+        (&users["rejections"], &users["false_positives"]),
+        (&3.into(), &1.into())
+    );
+    assert_eq!(users["measured_fpr"], 0.25, "{users}");
+}

@@ -31,7 +31,7 @@ use bloom_core::Key;
 use futures_util::FutureExt;
 
 use error::ErasedError;
-pub use error::LoadError;
+pub use error::{LoadError, LoadErrorKind};
 use remote::RemoteForgets;
 #[cfg(feature = "axum")]
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
@@ -157,7 +157,7 @@ where
     }
 
     /// How long a load may run before it and everyone waiting for it get
-    /// [`LoadError::Timeout`]; 10 seconds by default.
+    /// [`LoadErrorKind::Timeout`]; 10 seconds by default.
     pub fn load_timeout(mut self, timeout: Duration) -> Self {
         self.load_timeout = Some(timeout);
         self
@@ -390,14 +390,14 @@ where
         let finished = match self.inner.load_timeout {
             Some(limit) => match tokio::time::timeout(limit, guarded).await {
                 Ok(finished) => finished,
-                Err(_) => return Err(LoadError::Timeout(limit)),
+                Err(_) => return Err(LoadError::timed_out(limit)),
             },
             None => guarded.await,
         };
         match finished {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(LoadError::Loader(Arc::new(e))),
-            Err(_panic) => Err(LoadError::Panicked),
+            Ok(Err(e)) => Err(LoadError::loader(Arc::new(e))),
+            Err(_panic) => Err(LoadError::panicked()),
         }
     }
 

@@ -7,7 +7,7 @@ use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 
-use super::LoadError;
+use super::{LoadError, LoadErrorKind};
 
 /// The result of [`GuardedCache::get_or_load`](super::GuardedCache::get_or_load) as an axum
 /// response, so that a handler can end with `cache.get_or_load(…).await.into()`:
@@ -16,9 +16,11 @@ use super::LoadError;
 /// * `Ok(None)`: `404 Not Found`, body `Not Found`, the same bytes and headers as the guard's
 ///   default rejection ([`NotFound`](crate::reject::NotFound)), so a client cannot tell which one
 ///   answered;
-/// * `Err(LoadError::Loader(_))`, `Err(LoadError::Timeout(_))`: `503 Service Unavailable`,
+/// * an error of kind [`Loader`](super::LoadErrorKind::Loader) or
+///   [`Timeout`](super::LoadErrorKind::Timeout): `503 Service Unavailable`,
 ///   body `Service Unavailable`;
-/// * `Err(LoadError::Panicked)`: `500 Internal Server Error`, body `Internal Server Error`.
+/// * [`Panicked`](super::LoadErrorKind::Panicked): `500 Internal Server Error`, body
+///   `Internal Server Error`.
 ///
 /// An error's body never holds the loader's error text (a database error can name tables,
 /// hosts and values); the error is logged through `tracing` at `WARN` instead. Use
@@ -106,9 +108,10 @@ impl<V: IntoResponse, E: fmt::Display> IntoResponse for CacheResponse<V, E> {
 /// handler use `?` on [`get_or_load`](super::GuardedCache::get_or_load).
 impl<E: fmt::Display> IntoResponse for LoadError<E> {
     fn into_response(self) -> Response {
-        let status = match &self {
-            LoadError::Loader(_) | LoadError::Timeout(_) => StatusCode::SERVICE_UNAVAILABLE,
-            LoadError::Panicked => StatusCode::INTERNAL_SERVER_ERROR,
+        let status = match self.kind() {
+            LoadErrorKind::Loader | LoadErrorKind::Timeout => StatusCode::SERVICE_UNAVAILABLE,
+            // A panic, or a kind this match does not know yet: not the database's fault.
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
         tracing::warn!(error = %self, status = status.as_u16(), "a guarded cache load failed");
         plain_text(status)
@@ -151,9 +154,9 @@ mod tests {
         match n {
             0 => Ok(Some("ada".to_owned())),
             1 => Ok(None),
-            2 => Err(LoadError::Loader(Arc::new(Secret))),
-            3 => Err(LoadError::Timeout(Duration::from_secs(2))),
-            _ => Err(LoadError::Panicked),
+            2 => Err(LoadError::loader(Arc::new(Secret))),
+            3 => Err(LoadError::timed_out(Duration::from_secs(2))),
+            _ => Err(LoadError::panicked()),
         }
     }
 
