@@ -20,12 +20,9 @@ use crate::key::{AnyKey, KeyFor};
 use crate::key_source::{BoxError, KeySource};
 use crate::stats::RebuildOutcome;
 
-/// The function type of an insert hook.
-pub type HookFn = dyn Fn(&[u8]) + Send + Sync;
-
 /// A function [`SharedFilter::insert`] calls with the inserted key's bytes
 /// ([`Key::key_bytes`](bloom_core::Key::key_bytes)); see [`SharedFilter::set_insert_hook`].
-pub type InsertHook = Arc<HookFn>;
+pub type InsertHook = Arc<dyn Fn(&[u8]) + Send + Sync>;
 
 /// A function [`SharedFilter::contains`] calls for every key the filter would reject:
 /// `true` lets the key through instead. See [`SharedFilter::set_rejection_override`].
