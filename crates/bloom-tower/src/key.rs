@@ -9,6 +9,7 @@
 //! | --- | --- |
 //! | [`path_param("id")`](path_param) on route `/users/{id}` | `"42"` |
 //! | [`path_segment(1)`](path_segment) | `"42"` |
+//! | [`route("/users/{id}", "id")`](route), around the router | `"42"` |
 //! | [`query("id")`](query) | `"7"` |
 //! | [`header(x_user)`](header) | `b"9"` |
 //! | any of them `.parse::<u64>()` | `42u64` (etc.); not a number → missing key |
@@ -306,6 +307,116 @@ impl<B> KeyExtractor<Request<B>> for Query {
     }
 }
 
+/// The parameter `param` of the route `template` (axum's syntax: `/orders/{id}`, or
+/// `/files/{*path}` for the rest of the path), when the request's path matches it; a missing
+/// key for every other path. Percent-decoded like [`path_param`].
+///
+/// Made for a guard **around** a whole router (`BloomGuard::new(..).layer(router)`, or
+/// `ServiceBuilder` / `axum::serve` on the result) that still names one route: it matches the
+/// template itself (with [`matchit`], the router axum uses), so a rejection costs neither
+/// axum's routing nor what a `route_layer` adds, while requests for other routes have no key and
+/// pass through (keep the default [`PassThrough`](crate::reject::PassThrough) missing-key
+/// policy there). The method is not looked at: a `DELETE /orders/{id}` is checked like a `GET`.
+///
+/// ```
+/// use axum::{Router, routing::get};
+/// use bloom_tower::{BloomFilter, BloomGuard, SharedFilter, key};
+/// use http::{Request, StatusCode};
+/// use tower::{Layer, ServiceExt};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let orders = SharedFilter::<u64>::new(BloomFilter::new(1_000, 0.01)?);
+/// orders.insert(&7u64);
+/// let router: Router = Router::new()
+///     .route("/orders/{id}", get(|| async { "an order" }))
+///     .route("/health", get(|| async { "ok" }));
+/// let guarded = BloomGuard::new(orders.clone(), key::route("/orders/{id}", "id")?.parse::<u64>())
+///     .layer(router);
+///
+/// let status = |uri: &str| {
+///     let request = Request::get(uri).body(axum::body::Body::empty()).unwrap();
+///     let guarded = guarded.clone();
+///     async move { guarded.oneshot(request).await.unwrap().status() }
+/// };
+/// assert_eq!(status("/orders/7").await, StatusCode::OK);
+/// let absent = (8..).find(|id| !orders.contains(id)).unwrap();
+/// assert_eq!(status(&format!("/orders/{absent}")).await, StatusCode::NOT_FOUND); // the guard
+/// assert_eq!(status("/health").await, StatusCode::OK); // another route: no key, passed
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # Errors
+///
+/// [`RouteError`] if `template` is not a valid route or has no parameter `param`.
+pub fn route(template: &str, param: impl Into<Cow<'static, str>>) -> Result<Route, RouteError> {
+    let param = param.into();
+    let mut router = matchit::Router::new();
+    router.insert(template, ()).map_err(|error| {
+        RouteError(RouteRepr::Template {
+            template: template.to_owned(),
+            reason: error.to_string(),
+        })
+    })?;
+    let names = template
+        .split('/')
+        .filter_map(|segment| segment.strip_prefix('{')?.strip_suffix('}'))
+        .map(|name| name.strip_prefix('*').unwrap_or(name));
+    if !names.into_iter().any(|name| name == param) {
+        return Err(RouteError(RouteRepr::NoSuchParameter {
+            template: template.to_owned(),
+            param: param.into_owned(),
+        }));
+    }
+    Ok(Route {
+        router: std::sync::Arc::new(router),
+        param,
+    })
+}
+
+/// Extractor returned by [`route`].
+#[derive(Clone)]
+pub struct Route {
+    router: std::sync::Arc<matchit::Router<()>>,
+    param: Cow<'static, str>,
+}
+
+impl fmt::Debug for Route {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Route")
+            .field("param", &self.param)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why [`route`] refused a template: not a valid route, or no parameter of that name. The
+/// message says which.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(transparent)]
+pub struct RouteError(RouteRepr);
+
+#[derive(Debug, Clone, thiserror::Error)]
+enum RouteRepr {
+    #[error("{template:?} is not a valid route template: {reason}")]
+    Template { template: String, reason: String },
+    #[error("the route template {template:?} has no parameter {{{param}}}")]
+    NoSuchParameter { template: String, param: String },
+}
+
+impl<B> KeyExtractor<Request<B>> for Route {
+    type Key<'a>
+        = TextKey<'a>
+    where
+        B: 'a;
+
+    #[inline]
+    fn extract<'a>(&'a self, req: &'a Request<B>) -> Option<TextKey<'a>> {
+        let matched = self.router.at(req.uri().path()).ok()?;
+        decode_segment(matched.params.get(&*self.param)?)
+    }
+}
+
 /// The value of header `name`, as raw bytes: a key for a `SharedFilter<Vec<u8>>`. For a
 /// filter of text (`SharedFilter<String>`) use `.parse::<String>()`, which also turns a value
 /// that is not UTF-8 into a missing key; for numbers, `.parse::<u64>()` and so on. Absent or
@@ -523,6 +634,7 @@ fn utf8<'k>(key: &&'k [u8]) -> Option<&'k str> {
 
 parse_adapter!(PathSegment, text);
 parse_adapter!(Query, text);
+parse_adapter!(Route, text);
 parse_adapter!(Header, utf8);
 #[cfg(feature = "axum")]
 parse_adapter!(PathParam, text);
@@ -530,6 +642,38 @@ parse_adapter!(PathParam, text);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn route_extracts_its_parameter_only_from_matching_paths() {
+        let orders = route("/orders/{id}", "id").unwrap();
+        let key = |uri: &str| orders.extract(&get(uri)).map(|k| k.as_str().to_owned());
+        assert_eq!(key("/orders/42").as_deref(), Some("42"));
+        assert_eq!(key("/orders/a%20b").as_deref(), Some("a b"));
+        assert_eq!(key("/orders/42?x=1").as_deref(), Some("42"));
+        for other in ["/orders", "/orders/", "/orders/42/items", "/users/42", "/"] {
+            assert_eq!(key(other), None, "{other}");
+        }
+        let files = route("/files/{*path}", "path").unwrap();
+        let request = get("/files/a/b%2Fc");
+        assert_eq!(files.extract(&request).unwrap().as_str(), "a/b/c");
+        let ids = route("/orders/{id}", "id").unwrap().parse::<u64>();
+        assert_eq!(ids.extract(&get("/orders/7")), Some(7));
+        assert_eq!(ids.extract(&get("/orders/seven")), None);
+    }
+
+    #[test]
+    fn a_bad_route_template_is_a_clear_error() {
+        let missing = route("/orders/{id}", "order_id").unwrap_err().to_string();
+        assert_eq!(
+            missing,
+            r#"the route template "/orders/{id}" has no parameter {order_id}"#
+        );
+        let invalid = route("/orders/{id", "id").unwrap_err().to_string();
+        assert!(
+            invalid.starts_with(r#""/orders/{id" is not a valid route template: "#),
+            "{invalid}"
+        );
+    }
 
     fn get(uri: &str) -> Request<()> {
         Request::get(uri).body(()).unwrap()

@@ -305,3 +305,61 @@ async fn an_id_inserted_while_serving_is_let_through_at_once() {
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(server.calls(), 1);
 }
+
+/// `key::route`: the guard wraps the whole app (served by `axum::serve` as a plain service)
+/// and names one route itself. Absent ids on that route never reach a handler; every other
+/// route, and ids that exist, are served as if there were no guard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_around_the_whole_router_checks_only_the_route_it_names() {
+    use tower::Layer;
+
+    let users: HashSet<u64> = (1..=100).collect();
+    let filter = seeded::<u64>();
+    filter
+        .reload_from(&users.iter().copied().collect::<Vec<u64>>())
+        .await
+        .unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let db = Db {
+        users: Arc::new(users),
+        calls: Arc::clone(&calls),
+    };
+    let app = Router::new()
+        .route("/users/{id}", get(user))
+        .route("/me", get(me))
+        .with_state(db);
+    let ids = key::route("/users/{id}", "id").unwrap().parse::<u64>();
+    let guarded = BloomGuard::new(filter.clone(), ids).layer(app);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(listener, tower::make::Shared::new(guarded))
+            .await
+            .unwrap()
+    });
+    let client: Client<HttpConnector, Empty<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let get = |path: String| {
+        let client = client.clone();
+        async move {
+            let uri = format!("http://{addr}{path}").parse().unwrap();
+            client.get(uri).await.unwrap().status()
+        }
+    };
+
+    assert_eq!(get("/users/42".into()).await, StatusCode::OK);
+    assert_eq!(calls.load(SeqCst), 1);
+    let absent: Vec<u64> = (1_000u64..)
+        .filter(|id| !filter.contains(id))
+        .take(50)
+        .collect();
+    for id in &absent {
+        assert_eq!(get(format!("/users/{id}")).await, StatusCode::NOT_FOUND);
+    }
+    assert_eq!(calls.load(SeqCst), 1, "an absent id reached the handler");
+    // Other routes have no key: served. Not a number: the handler's `Path` answers 400.
+    assert_eq!(get("/me".into()).await, StatusCode::OK);
+    assert_eq!(get("/users/abc".into()).await, StatusCode::BAD_REQUEST);
+    assert_eq!(get("/nowhere".into()).await, StatusCode::NOT_FOUND);
+    assert_eq!(calls.load(SeqCst), 2);
+}
