@@ -904,6 +904,107 @@ fn dedup_of_1m_urls_drops_every_repeat_and_few_first_occurrences() {
     }
 }
 
+/// What `dedup` must write for `stream`: the lines for which one `BloomFilter::insert` per
+/// line, in input order, on a filter built like the command's, returned `true`.
+fn sequential_dedup(stream: &[String], items: u64, fpr: f64, layout: Layout, seed: u128) -> String {
+    let filter = bloom_core::BloomFilter::builder()
+        .expected_items(items)
+        .false_positive_rate(fpr)
+        .layout(layout)
+        .seed(seed)
+        .build()
+        .unwrap();
+    let mut out = String::new();
+    for line in stream {
+        if filter.insert(line.as_bytes()) {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+#[test]
+fn dedup_output_is_that_of_one_insert_per_line_in_order() {
+    // 60 000 lines of 61 bytes: 14 chunks of 256 KiB, about 4 300 lines each. A line is new
+    // (60 %), the line just before it (adjacent repeat: 10 %), one of the last 2 000 lines
+    // (within the chunk, mostly: 15 %) or any earlier line (across chunks: 15 %).
+    let mut rng = StdRng::seed_from_u64(99);
+    let mut stream: Vec<String> = Vec::new();
+    let mut fresh = 0u64;
+    for _ in 0..60_000 {
+        let r = rng.random_range(0..100);
+        let line = if stream.is_empty() || r < 60 {
+            fresh += 1;
+            format!(
+                "https://www.example.com/{:016x}/page?id={fresh:011}",
+                rng.random::<u64>()
+            )
+        } else if r < 70 {
+            stream[stream.len() - 1].clone()
+        } else if r < 85 {
+            stream[rng.random_range(stream.len().saturating_sub(2_000)..stream.len())].clone()
+        } else {
+            stream[rng.random_range(0..stream.len())].clone()
+        };
+        assert_eq!(line.len(), 60);
+        stream.push(line);
+    }
+    let input = stream.iter().map(|u| format!("{u}\n")).collect::<String>();
+    let dir = TempDir::new().unwrap();
+    // Sized for far fewer lines than there are, so a few thousand new lines are dropped as
+    // false positives: the batched command must drop exactly the same ones. And sized
+    // generously, where nearly every drop is a true repeat.
+    for (items, fpr, layout) in [
+        (5_000, 0.01, Layout::Blocked),
+        (5_000, 0.01, Layout::Classic),
+        (1_000_000, 1e-6, Layout::Blocked),
+    ] {
+        let want = sequential_dedup(&stream, items, fpr, layout, 7);
+        let o = run(
+            dir.path(),
+            &[
+                "dedup",
+                "--items",
+                &items.to_string(),
+                "--fpr",
+                &fpr.to_string(),
+                "--layout",
+                &layout.to_string(),
+                "--seed",
+                "7",
+                "--quiet",
+            ],
+            input.clone(),
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        let got = stdout(&o);
+        let first_difference = got
+            .lines()
+            .zip(want.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or(got.lines().count().min(want.lines().count()));
+        assert!(
+            got == want,
+            "{items} {fpr} {layout}: {} lines out, the sequential reference {}; first \
+             difference at output line {first_difference}",
+            got.lines().count(),
+            want.lines().count(),
+        );
+        // The inputs do exercise what they are meant to.
+        let kept = want.lines().count();
+        let distinct = stream.iter().collect::<HashSet<_>>().len();
+        if items == 5_000 {
+            assert!(
+                distinct - kept > 1_000,
+                "{layout}: {kept} of {distinct} kept"
+            );
+        } else {
+            assert!(distinct - kept < 10, "{kept} of {distinct} kept");
+        }
+    }
+}
+
 #[test]
 fn dedup_resumes_from_its_state_file() {
     let dir = TempDir::new().unwrap();

@@ -9,40 +9,57 @@ use crate::sync::{AtomicU64, Ordering::Relaxed};
 // a socket round trip…) is seen by it. An insert racing with a lookup may or may not be seen,
 // which is exactly "the lookup happened first".
 pub(crate) struct BitVector {
-    words: Box<[AtomicU64]>,
+    /// The words, eight to a cache-line-aligned [`Line`]; the last line is zero-padded past
+    /// `len` words (the padding is never read as filter bits or written).
+    lines: Box<[Line]>,
+    len: usize,
 }
+
+/// Eight words on one 64-byte cache line: a Blocked filter's 512-bit block is exactly one
+/// `Line`, so a lookup touches one line. (The words used to be a `Box<[AtomicU64]>`, only
+/// 8-byte aligned: an array large enough for `malloc` to `mmap` starts 16 bytes into a page,
+/// so every block straddled two cache lines, and a lookup out of cache usually paid for two.)
+#[repr(C, align(64))]
+pub(crate) struct Line(pub(crate) [AtomicU64; 8]);
 
 impl BitVector {
     pub(crate) fn zeroed(num_words: usize) -> Self {
         Self {
-            words: zeroed_words(num_words),
+            lines: zeroed_slice(num_words.div_ceil(8)),
+            len: num_words,
         }
     }
 
     /// A copy of `words`, in the same huge-page-backed storage as [`zeroed`](Self::zeroed).
     pub(crate) fn from_words(words: impl ExactSizeIterator<Item = u64>) -> Self {
         let bits = Self::zeroed(words.len());
-        for (slot, w) in bits.words.iter().zip(words) {
-            slot.store(w, Relaxed);
+        for (i, w) in words.enumerate() {
+            bits.word(i).store(w, Relaxed);
         }
         bits
     }
 
     #[inline(always)]
+    fn word(&self, word: usize) -> &AtomicU64 {
+        debug_assert!(word < self.len);
+        &self.lines[word / 8].0[word % 8]
+    }
+
+    #[inline(always)]
     pub(crate) fn len(&self) -> usize {
-        self.words.len()
+        self.len
     }
 
     #[inline(always)]
     pub(crate) fn load(&self, word: usize) -> u64 {
-        self.words[word].load(Relaxed)
+        self.word(word).load(Relaxed)
     }
 
     /// ORs `mask` into `word`; returns true if any bit of `mask` was clear before. A plain load
     /// first skips the (far dearer) locked read-modify-write when the bits are already set.
     #[inline(always)]
     pub(crate) fn set(&self, word: usize, mask: u64) -> bool {
-        let w = &self.words[word];
+        let w = self.word(word);
         if w.load(Relaxed) & mask == mask {
             return false;
         }
@@ -54,42 +71,50 @@ impl BitVector {
         self.load((bit >> 6) as usize) & (1u64 << (bit & 63)) != 0
     }
 
-    /// The eight words of 512-bit block `block` (an array, so in-block indexing by
+    /// The eight words of 512-bit block `block`, one cache line (in-block indexing by
     /// `bit >> 6 < 8` needs no bounds check).
     #[inline(always)]
-    pub(crate) fn block(&self, block: usize) -> &[AtomicU64; 8] {
-        self.words[block * 8..block * 8 + 8]
-            .try_into()
-            .expect("a block is 8 words")
+    pub(crate) fn block(&self, block: usize) -> &Line {
+        &self.lines[block]
     }
 
     #[inline(always)]
     pub(crate) fn or_word(&self, word: usize, bits: u64) {
-        self.words[word].fetch_or(bits, Relaxed);
+        self.word(word).fetch_or(bits, Relaxed);
     }
 
     pub(crate) fn and_word(&self, word: usize, bits: u64) {
-        self.words[word].fetch_and(bits, Relaxed);
+        self.word(word).fetch_and(bits, Relaxed);
     }
 
     pub(crate) fn clear(&self) {
-        for w in self.words.iter() {
+        for w in self.lines.iter().flat_map(|l| &l.0) {
             w.store(0, Relaxed);
         }
     }
 
     pub(crate) fn iter(&self) -> impl ExactSizeIterator<Item = u64> + '_ {
-        self.words.iter().map(|w| w.load(Relaxed))
+        (0..self.len).map(|i| self.load(i))
     }
 
     /// Hint the CPU to start fetching the cache line holding `word`.
     #[inline(always)]
     pub(crate) fn prefetch(&self, word: usize) {
-        prefetch(&self.words[word]);
+        prefetch(self.word(word));
     }
 }
 
-/// A zeroed word array. Large ones come straight from the allocator's zeroed pages (no
+/// Types whose all-zero bytes are a valid value (what [`zeroed_slice`] hands out).
+trait ZeroValid {}
+impl ZeroValid for AtomicU64 {}
+impl ZeroValid for Line {}
+
+/// A zeroed word array (the counting filter's storage).
+pub(crate) fn zeroed_words(num_words: usize) -> Box<[AtomicU64]> {
+    zeroed_slice(num_words)
+}
+
+/// A zeroed array. Large ones come straight from the allocator's zeroed pages (no
 /// 60 MB `memset` before the first insert) and, on Linux, are advised onto 2 MiB transparent
 /// huge pages before anything touches them: a lookup in a filter far larger than the TLB's
 /// reach otherwise pays a page walk on top of its cache miss. Measured with
@@ -97,34 +122,54 @@ impl BitVector {
 /// seconds than 4 KiB pages (see the README's benchmark section).
 #[cfg(not(loom))]
 #[allow(unsafe_code)]
-pub(crate) fn zeroed_words(num_words: usize) -> Box<[AtomicU64]> {
+fn zeroed_slice<T: ZeroValid>(len: usize) -> Box<[T]> {
     use std::alloc::{Layout, alloc_zeroed, handle_alloc_error};
     /// Below this the TLB covers the array anyway.
     const HUGE_PAGE_WORTHWHILE: usize = 4 << 20;
 
-    let Ok(layout) = Layout::array::<AtomicU64>(num_words) else {
-        panic!("{num_words} words overflow the address space") // bounded by params::MAX_BITS first
+    let Ok(layout) = Layout::array::<T>(len) else {
+        panic!("{len} elements overflow the address space") // bounded by params::MAX_BITS first
     };
     if layout.size() == 0 {
-        return Box::new([]);
+        return Box::new([]); // `len` is 0: neither element type is zero-sized
     }
     // SAFETY: the layout has a non-zero size (checked above).
-    let ptr = unsafe { alloc_zeroed(layout) }.cast::<AtomicU64>();
+    let ptr = unsafe { alloc_zeroed(layout) }.cast::<T>();
     if ptr.is_null() {
         handle_alloc_error(layout);
     }
     if layout.size() >= HUGE_PAGE_WORTHWHILE {
         advise_huge_pages(ptr.cast(), layout.size());
     }
-    // SAFETY: `ptr` is a live allocation of exactly `layout` (an array of `num_words`
-    // AtomicU64, the layout `Box<[AtomicU64]>` frees with), and all-zero bytes are a valid
-    // AtomicU64. Ownership passes to the Box.
-    unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, num_words)) }
+    // SAFETY: `ptr` is a live allocation of exactly `layout` (an array of `len` T, the layout
+    // `Box<[T]>` frees with, alignment included), and all-zero bytes are a valid T (the
+    // `ZeroValid` bound: AtomicU64 and arrays of it). Ownership passes to the Box.
+    unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, len)) }
 }
 
 #[cfg(loom)]
-pub(crate) fn zeroed_words(num_words: usize) -> Box<[AtomicU64]> {
-    (0..num_words).map(|_| AtomicU64::new(0)).collect()
+fn zeroed_slice<T: ZeroValid + LoomZero>(len: usize) -> Box<[T]> {
+    (0..len).map(|_| T::zero()).collect()
+}
+
+/// A zero value built with loom's constructors (loom's atomics must be created through them).
+#[cfg(loom)]
+trait LoomZero {
+    fn zero() -> Self;
+}
+
+#[cfg(loom)]
+impl LoomZero for AtomicU64 {
+    fn zero() -> Self {
+        AtomicU64::new(0)
+    }
+}
+
+#[cfg(loom)]
+impl LoomZero for Line {
+    fn zero() -> Self {
+        Line(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
 }
 
 /// Asks Linux to back the whole 2 MiB pages inside `[start, start + len)` with huge pages.

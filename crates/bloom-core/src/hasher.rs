@@ -1,7 +1,5 @@
 //! Keyed hashing: one SipHash-1-3 per key, from which every probe is derived.
 
-use siphasher::sip::SipHasher13;
-
 use crate::Key;
 
 /// A key's SipHash-1-3 (`h1`) and a second 64-bit value mixed from it (`h2`).
@@ -22,16 +20,37 @@ pub(crate) struct KeyHash {
 /// SipHash is a PRF: without the key nobody can compute which keys collide, so an attacker
 /// cannot craft a flood of keys that the filter wrongly lets through. The key's bytes are
 /// `k0.to_le_bytes() ‖ k1.to_le_bytes()` where `seed = k0 | (k1 << 64)`.
+///
+/// Computed here rather than through `siphasher` (the outputs are bit-identical: the tests
+/// check them against it on every length from 0 to 64 bytes and on random keys). The
+/// general-purpose hasher is called out of line with the length unknown, reloads its stored
+/// tail and length, and starts every message from the keyed initial state; this one is
+/// inlined, so for a fixed-width key (`u64`: 8 bytes) the loop and tail vanish and it is the
+/// bare 2 + 3 SipRounds, and it starts from a state that has already done the half of the
+/// first SipRound that does not depend on the message (see [`KeyHasher::new`]).
 #[derive(Clone)]
 pub(crate) struct KeyHasher {
-    sip: SipHasher13,
+    /// `v0, v1, v2, v3` after the keyed initialisation and the message-independent first half
+    /// of the first compression round: `v0 += v1; v1 = rotl(v1, 13) ^ v0; v0 = rotl(v0, 32)`.
+    state: [u64; 4],
     seed: u128,
 }
 
 impl KeyHasher {
     pub(crate) fn new(seed: u128) -> Self {
+        let (k0, k1) = (seed as u64, (seed >> 64) as u64);
+        let mut v0 = k0 ^ 0x736f_6d65_7073_6575;
+        let mut v1 = k1 ^ 0x646f_7261_6e64_6f6d;
+        let v2 = k0 ^ 0x6c79_6765_6e65_7261;
+        let v3 = k1 ^ 0x7465_6462_7974_6573;
+        // Every message is compressed at least once (its last block carries the length), and
+        // the first compression's `v3 ^= m` touches neither v0 nor v1 before these three
+        // steps, so they are the same for every message: do them once, here.
+        v0 = v0.wrapping_add(v1);
+        v1 = v1.rotate_left(13) ^ v0;
+        v0 = v0.rotate_left(32);
         Self {
-            sip: SipHasher13::new_with_key(&seed.to_le_bytes()),
+            state: [v0, v1, v2, v3],
             seed,
         }
     }
@@ -49,9 +68,86 @@ impl KeyHasher {
 
     #[inline]
     pub(crate) fn hash<K: Key + ?Sized>(&self, key: &K) -> KeyHash {
-        let h1 = self.sip.hash(key.key_bytes().as_ref());
+        let h1 = self.sip13(key.key_bytes().as_ref());
         KeyHash { h1, h2: mix(h1) }
     }
+
+    /// SipHash-1-3 of `msg`: one SipRound per 8-byte block (the last block is the 0–7 byte
+    /// tail with the length in its top byte), then three finalisation rounds.
+    #[inline(always)]
+    fn sip13(&self, msg: &[u8]) -> u64 {
+        let [mut v0, mut v1, mut v2, mut v3] = self.state;
+        let mut blocks = msg.chunks_exact(8);
+        let tail = tail_le(blocks.remainder());
+        let last = ((msg.len() as u64) << 56) | tail;
+        // The first compression, from the precomputed half round.
+        let first = match blocks.next() {
+            Some(b) => u64::from_le_bytes(b.try_into().expect("an 8-byte block")),
+            None => last,
+        };
+        v3 ^= first;
+        v2 = v2.wrapping_add(v3);
+        v3 = v3.rotate_left(16) ^ v2;
+        v0 = v0.wrapping_add(v3);
+        v3 = v3.rotate_left(21) ^ v0;
+        v2 = v2.wrapping_add(v1);
+        v1 = v1.rotate_left(17) ^ v2;
+        v2 = v2.rotate_left(32);
+        v0 ^= first;
+        if msg.len() >= 8 {
+            for b in blocks {
+                let m = u64::from_le_bytes(b.try_into().expect("an 8-byte block"));
+                v3 ^= m;
+                sip_round(&mut v0, &mut v1, &mut v2, &mut v3);
+                v0 ^= m;
+            }
+            v3 ^= last;
+            sip_round(&mut v0, &mut v1, &mut v2, &mut v3);
+            v0 ^= last;
+        }
+        v2 ^= 0xff;
+        sip_round(&mut v0, &mut v1, &mut v2, &mut v3);
+        sip_round(&mut v0, &mut v1, &mut v2, &mut v3);
+        sip_round(&mut v0, &mut v1, &mut v2, &mut v3);
+        v0 ^ v1 ^ v2 ^ v3
+    }
+}
+
+/// The 0–7 bytes of `tail` as a little-endian integer (4-, 2- and 1-byte loads: no loop and
+/// no `memcpy`).
+#[inline(always)]
+fn tail_le(tail: &[u8]) -> u64 {
+    let mut out = 0;
+    let mut rest = tail;
+    if let Some((four, r)) = rest.split_first_chunk::<4>() {
+        out = u64::from(u32::from_le_bytes(*four));
+        rest = r;
+    }
+    let shift = 8 * (tail.len() - rest.len()) as u32;
+    if let Some((two, r)) = rest.split_first_chunk::<2>() {
+        out |= u64::from(u16::from_le_bytes(*two)) << shift;
+        rest = r;
+    }
+    let shift = 8 * (tail.len() - rest.len()) as u32;
+    if let Some(&one) = rest.first() {
+        out |= u64::from(one) << shift;
+    }
+    out
+}
+
+/// One SipRound.
+#[inline(always)]
+fn sip_round(v0: &mut u64, v1: &mut u64, v2: &mut u64, v3: &mut u64) {
+    *v0 = v0.wrapping_add(*v1);
+    *v1 = v1.rotate_left(13) ^ *v0;
+    *v0 = v0.rotate_left(32);
+    *v2 = v2.wrapping_add(*v3);
+    *v3 = v3.rotate_left(16) ^ *v2;
+    *v0 = v0.wrapping_add(*v3);
+    *v3 = v3.rotate_left(21) ^ *v0;
+    *v2 = v2.wrapping_add(*v1);
+    *v1 = v1.rotate_left(17) ^ *v2;
+    *v2 = v2.rotate_left(32);
 }
 
 /// Murmur3's 64-bit finaliser: a bijection whose output bits each depend on every input bit.
@@ -85,5 +181,28 @@ mod tests {
             KeyHasher::new(7).hash(&42u64),
             KeyHasher::new(7).hash(&42u64.to_le_bytes())
         );
+    }
+
+    /// The inlined SipHash-1-3 against the `siphasher` crate: every length from 0 to 64 bytes
+    /// (every tail length, one to eight blocks), random bytes and random 128-bit keys.
+    #[test]
+    fn hash_matches_siphasher_on_every_length() {
+        use rand::{Rng, SeedableRng};
+        use siphasher::sip::SipHasher13;
+
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0x51b);
+        for _ in 0..200 {
+            let seed: u128 = rng.random();
+            let ours = KeyHasher::new(seed);
+            let reference = SipHasher13::new_with_key(&seed.to_le_bytes());
+            for len in 0..=64 {
+                let msg: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+                let want = reference.hash(&msg);
+                assert_eq!(ours.hash(msg.as_slice()).h1, want, "len {len}");
+                assert_eq!(ours.hash(msg.as_slice()).h2, mix(want));
+            }
+            let x: u64 = rng.random();
+            assert_eq!(ours.hash(&x).h1, reference.hash(&x.to_le_bytes()));
+        }
     }
 }

@@ -10,6 +10,7 @@ mod hasher;
 mod key;
 mod layout;
 pub mod params;
+mod probe;
 mod scalable;
 mod snapshot;
 mod sync;

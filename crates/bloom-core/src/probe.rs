@@ -1,0 +1,327 @@
+//! The Blocked lookup's test: are all of a key's `k` bits set in its 512-bit block?
+//!
+//! The bits are the ones [`for_each_in_block`](crate::layout::for_each_in_block) names (this
+//! module only tests them faster; it never decides where they are): probe `i < 7` is the
+//! 9-bit field `i` of `h2`, and probes `7j..7j + 7` are the fields of
+//! `mix(h2 + 7j · 0x9E37_79B9_7F4A_7C15)`.
+//!
+//! Two implementations of the same answer:
+//! * [`contains_scalar`], portable: per probe a shift, a mask, a load and a bit test;
+//! * on x86_64 with AVX2 (detected at run time, once per filter), `contains_avx2`: the block
+//!   is held in two 256-bit registers as sixteen 32-bit words, and one group of up to seven
+//!   probes is tested in a handful of vector instructions, whatever `k` is up to 7.
+//!
+//! AVX-512 would test a group with fewer instructions still (`vpermq` over the whole line),
+//! but its intrinsics and target feature are stable only from Rust 1.89, above this crate's
+//! `rust-version`; AVX2 is the widest stable option at 1.85.
+
+use crate::bit_vector::Line;
+use crate::sync::Ordering::Relaxed;
+
+/// How a filter tests its blocks: chosen once, when the filter is made ([`Probe::detect`]),
+/// and kept in the filter so that a lookup pays one predictable branch for the choice.
+///
+/// The variant is private to this module: a `Probe` that names a SIMD path can only come from
+/// [`Probe::detect`], which is what makes calling that path sound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Probe(Kind);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Scalar,
+    /// Only constructed after `is_x86_feature_detected!("avx2")` returned true.
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    Avx2,
+}
+
+impl Probe {
+    /// The portable fallback, on any CPU (the tests force it to compare the paths).
+    pub(crate) const SCALAR: Probe = Probe(Kind::Scalar);
+
+    /// The fastest implementation this CPU runs. `is_x86_feature_detected!` caches the CPUID
+    /// answer process-wide, so this is cheap, and it is called once per filter.
+    pub(crate) fn detect() -> Probe {
+        #[cfg(all(target_arch = "x86_64", not(loom)))]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            return Probe(Kind::Avx2);
+        }
+        Probe::SCALAR
+    }
+
+    /// Whether this is a SIMD implementation (the tests check they exercise one).
+    #[cfg(test)]
+    pub(crate) fn is_simd(self) -> bool {
+        self.0 != Kind::Scalar
+    }
+
+    /// Whether every one of the `k` in-block bits that `h2` names is set in `block`.
+    #[inline(always)]
+    pub(crate) fn contains(self, block: &Line, h2: u64, k: u32) -> bool {
+        match self.0 {
+            Kind::Scalar => contains_scalar(block, h2, k),
+            #[cfg(all(target_arch = "x86_64", not(loom)))]
+            #[allow(unsafe_code)]
+            // SAFETY: `contains_avx2` is only unsafe to call because it is compiled for AVX2;
+            // `Kind::Avx2` is only ever constructed by `Probe::detect` after
+            // `is_x86_feature_detected!("avx2")` returned true, so this CPU has AVX2.
+            Kind::Avx2 => unsafe { x86::contains_avx2(block, h2, k) },
+        }
+    }
+}
+
+/// The portable test, one probe at a time. Branch-free over the line: a data-dependent early
+/// exit would mispredict on half the misses and stall the lookups queued behind it, while the
+/// loads after the first hit L1 and run in parallel.
+#[inline(always)]
+pub(crate) fn contains_scalar(block: &Line, h2: u64, k: u32) -> bool {
+    let mut all = 1u64;
+    crate::layout::for_each_in_block(crate::hasher::KeyHash { h1: 0, h2 }, k, 9, |bit| {
+        all &= block.0[bit >> 6].load(Relaxed) >> (bit & 63);
+    });
+    all & 1 == 1
+}
+
+#[cfg(all(target_arch = "x86_64", not(loom)))]
+mod x86 {
+    #![allow(unsafe_code)]
+    use std::arch::asm;
+    use std::arch::x86_64::{
+        __m128i, __m256i, _mm256_and_si256, _mm256_andnot_si256, _mm256_blend_epi32,
+        _mm256_blendv_ps, _mm256_castps_si256, _mm256_castsi256_ps, _mm256_cmpgt_epi32,
+        _mm256_permutevar8x32_epi32, _mm256_set_m128i, _mm256_set1_epi32, _mm256_set1_epi64x,
+        _mm256_setr_epi32, _mm256_setr_epi64x, _mm256_slli_epi32, _mm256_sllv_epi32,
+        _mm256_srli_epi32, _mm256_srlv_epi64, _mm256_testz_si256,
+    };
+
+    use crate::bit_vector::Line;
+    use crate::hasher::mix;
+
+    /// In-block offsets per 64-bit word of hash: 9-bit fields, seven to a word.
+    const PER_WORD: u32 = 7;
+
+    /// The odd constant of the refill `mix(h2 + i · REFILL)` (as in `for_each_in_block`).
+    const REFILL: u64 = 0x9E37_79B9_7F4A_7C15;
+
+    /// The hash word that supplies probes `first..first + 7` (`first` a multiple of 7).
+    #[inline(always)]
+    fn group_bits(h2: u64, first: u32) -> u64 {
+        if first == 0 {
+            h2
+        } else {
+            mix(h2.wrapping_add(u64::from(first).wrapping_mul(REFILL)))
+        }
+    }
+
+    /// [`contains_scalar`](super::contains_scalar) with AVX2.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must support AVX2. Nothing else: the function reads only the 64 bytes of
+    /// `block`.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn contains_avx2(block: &Line, h2: u64, k: u32) -> bool {
+        // SAFETY: `load_line` and `group` need AVX2, which this function is only called with.
+        unsafe {
+            let (lo, hi) = load_line(block);
+            let all = group(lo, hi, h2, k.min(PER_WORD));
+            if k <= PER_WORD {
+                all
+            } else {
+                all & more_groups(lo, hi, h2, k)
+            }
+        }
+    }
+
+    /// Probes 7.. of a `k > 7` filter, out of line so that the common `k ≤ 7` path saves no
+    /// registers for this loop.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must support AVX2.
+    #[inline(never)]
+    #[target_feature(enable = "avx2")]
+    unsafe fn more_groups(lo: __m256i, hi: __m256i, h2: u64, k: u32) -> bool {
+        let mut all = true;
+        let mut first = PER_WORD;
+        while first < k {
+            // SAFETY: AVX2, the caller's guarantee.
+            all &= unsafe { group(lo, hi, group_bits(h2, first), (k - first).min(PER_WORD)) };
+            first += PER_WORD;
+        }
+        all
+    }
+
+    /// The line's words 0–3 and 4–7, read as four 16-byte loads.
+    ///
+    /// The words are atomics that concurrent inserts `fetch_or` into, so they must be read
+    /// atomically: a vector load written in Rust (`_mm256_load_si256`) would be a non-atomic
+    /// read racing with those writes, undefined behaviour in Rust's memory model however the
+    /// hardware does it. Inline assembly is defined by what the hardware does instead, and
+    /// on every x86_64 CPU with AVX (which AVX2 implies) an aligned 16-byte `vmovdqa` load is
+    /// single-copy atomic (Intel SDM vol. 3A §9.1.1; AMD APM vol. 2 §7.3.2). Four of them
+    /// read each `AtomicU64` exactly as a Relaxed load does (two at a time, never torn),
+    /// which is what the scalar path does with eight Relaxed loads; the words are only ever
+    /// OR-ed into (or cleared), so no answer changes.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must support AVX2 (an `unsafe fn` rather than a safe one with a target
+    /// feature, which needs Rust 1.86).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn load_line(block: &Line) -> (__m256i, __m256i) {
+        let p = block.0.as_ptr();
+        let (x0, x1, x2, x3): (__m128i, __m128i, __m128i, __m128i);
+        // SAFETY: `p` points at the 64 bytes of a live `Line`, which is 64-byte aligned
+        // (`repr(align(64))`), so the four loads are in bounds and 16-byte aligned as
+        // `vmovdqa` requires; the shared borrow keeps the memory alive and allows reads (the
+        // words are atomics, read atomically: see above). The block only reads memory
+        // (`readonly`), touches neither the stack nor the flags, and AVX (for the VEX
+        // encoding) is enabled by this function's target feature.
+        unsafe {
+            asm!(
+                "vmovdqa {x0}, xmmword ptr [{p}]",
+                "vmovdqa {x1}, xmmword ptr [{p} + 16]",
+                "vmovdqa {x2}, xmmword ptr [{p} + 32]",
+                "vmovdqa {x3}, xmmword ptr [{p} + 48]",
+                p = in(reg) p,
+                x0 = out(xmm_reg) x0,
+                x1 = out(xmm_reg) x1,
+                x2 = out(xmm_reg) x2,
+                x3 = out(xmm_reg) x3,
+                options(nostack, preserves_flags, readonly),
+            );
+        }
+        // SAFETY: register-only intrinsics, AVX2 enabled (see `group`).
+        #[allow(unused_unsafe)]
+        unsafe {
+            (_mm256_set_m128i(x1, x0), _mm256_set_m128i(x3, x2))
+        }
+    }
+
+    /// Whether the first `n ≤ 7` 9-bit fields of `bits` all name set bits of the block whose
+    /// words 0–3 are `lo` and 4–7 are `hi`.
+    ///
+    /// The block is seen as sixteen 32-bit words (x86 is little-endian, so bit `o` of the
+    /// block is bit `o & 31` of 32-bit word `o >> 5`), and the eight 32-bit lanes hold one
+    /// probe each: lane `2j` field `j`, lane `2j + 1` field `4 + j` (lane 7, field 7, is never
+    /// valid: a word holds seven fields).
+    ///
+    /// # Safety
+    ///
+    /// The CPU must support AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn group(lo: __m256i, hi: __m256i, bits: u64, n: u32) -> bool {
+        // SAFETY: register-only intrinsics on a CPU with AVX2 (the caller's guarantee). Since
+        // Rust 1.87 these are safe to call in an AVX2 function; at the crate's rust-version
+        // (1.85) they are `unsafe fn`, hence the block and the allow.
+        #[allow(unused_unsafe)]
+        unsafe {
+            let v = _mm256_set1_epi64x(bits as i64);
+            // 64-bit lane j: field j in its low 9 bits, and (shifted by 4 + 9j) field 4 + j
+            // in the low 9 bits of its high 32-bit half.
+            let a = _mm256_srlv_epi64(v, _mm256_setr_epi64x(0, 9, 18, 27));
+            let b = _mm256_srlv_epi64(v, _mm256_setr_epi64x(4, 13, 22, 31));
+            let off = _mm256_blend_epi32::<0b1010_1010>(a, b);
+            // The probe's 32-bit word of its half (vpermd reads only the index's low 3 bits,
+            // bits 5–7 of the offset), and which half (bit 8, moved to the sign bit).
+            let idx = _mm256_srli_epi32::<5>(off);
+            let word = _mm256_castps_si256(_mm256_blendv_ps(
+                _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(lo, idx)),
+                _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(hi, idx)),
+                _mm256_castsi256_ps(_mm256_slli_epi32::<23>(off)),
+            ));
+            let bit = _mm256_sllv_epi32(
+                _mm256_set1_epi32(1),
+                _mm256_and_si256(off, _mm256_set1_epi32(31)),
+            );
+            // Lane order → probe number: the lanes of probes n.. do not count.
+            let valid = _mm256_cmpgt_epi32(
+                _mm256_set1_epi32(n as i32),
+                _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7),
+            );
+            let missing = _mm256_andnot_si256(word, _mm256_and_si256(bit, valid));
+            _mm256_testz_si256(missing, missing) == 1
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::{Rng, SeedableRng};
+
+    use super::*;
+
+    fn block(words: [u64; 8]) -> Line {
+        Line(words.map(crate::sync::AtomicU64::new))
+    }
+
+    /// Every SIMD path agrees with the scalar one on random blocks (sparse to nearly full, so
+    /// that both answers occur), random hashes and every `k` from 1 to 24.
+    #[test]
+    fn simd_and_scalar_agree_on_random_blocks() {
+        let simd = Probe::detect();
+        if !simd.is_simd() {
+            eprintln!("no SIMD probe on this CPU: only the scalar path is tested");
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0xb10c);
+        let (mut yes, mut no) = (0u32, 0u32);
+        for round in 0..20_000 {
+            // OR of 1–5 random words: bit densities 1/2 to 31/32.
+            let ors = 1 + round % 5;
+            let words: [u64; 8] =
+                std::array::from_fn(|_| (0..ors).fold(0, |w, _| w | rng.random::<u64>()));
+            let b = block(words);
+            let h2: u64 = rng.random();
+            let k = rng.random_range(1..=24);
+            let want = Probe::SCALAR.contains(&b, h2, k);
+            assert_eq!(
+                simd.contains(&b, h2, k),
+                want,
+                "words {words:x?} h2 {h2:#x} k {k}"
+            );
+            if want { yes += 1 } else { no += 1 }
+        }
+        assert!(
+            yes > 1_000 && no > 1_000,
+            "both answers exercised: {yes} / {no}"
+        );
+    }
+
+    /// Each probe alone decides: clearing any one of a key's bits makes both paths say no.
+    #[test]
+    fn simd_and_scalar_see_every_single_bit() {
+        let simd = Probe::detect();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        for _ in 0..2_000 {
+            let h2: u64 = rng.random();
+            let k = rng.random_range(1..=24);
+            let mut bits = Vec::new();
+            crate::layout::for_each_in_block(crate::hasher::KeyHash { h1: 0, h2 }, k, 9, |o| {
+                bits.push(o)
+            });
+            let mut words = [0u64; 8];
+            for &o in &bits {
+                words[o >> 6] |= 1 << (o & 63);
+            }
+            assert!(simd.contains(&block(words), h2, k));
+            assert!(Probe::SCALAR.contains(&block(words), h2, k));
+            for &o in &bits {
+                let mut w = words;
+                w[o >> 6] &= !(1 << (o & 63));
+                assert!(!simd.contains(&block(w), h2, k), "bit {o} h2 {h2:#x} k {k}");
+                assert!(!Probe::SCALAR.contains(&block(w), h2, k));
+            }
+        }
+    }
+
+    #[test]
+    fn this_machine_tests_a_simd_path_when_it_has_one() {
+        #[cfg(all(target_arch = "x86_64", not(loom)))]
+        assert_eq!(
+            Probe::detect().is_simd(),
+            std::arch::is_x86_feature_detected!("avx2")
+        );
+    }
+}
