@@ -34,6 +34,8 @@
 //!   (throughput in keys): `bloom-core-blocked` / `-classic` through `contains_many` (hashes
 //!   ahead and prefetches); the counting and scalable filters, which have no batch lookup,
 //!   and the peers through a loop of `contains` collected into the same `Vec<bool>`;
+//! * `floor/{siphash13_u64,random_line_read_1.2MB}`: the floor of a single in-cache lookup,
+//!   the hash of an 8-byte key and one random line read from an array of the 1M filter's size;
 //! * `contains_threads/…`: `bloom-core-blocked-1t` / `-2t`, hits looked up by 1 or 2 threads
 //!   sharing one `&BloomFilter`; `time(1t) / time(2t)` is the 2-thread speedup.
 //!
@@ -727,7 +729,40 @@ where
     group.finish();
 }
 
+/// The floor of a single in-cache lookup: SipHash-1-3 of an 8-byte key (the `siphasher`
+/// crate, keyed) and one random 64-byte line read from a 1.2 MB array (the filter's size at
+/// 1M keys). `floor/*`, one per iteration, keys and positions cycling as in the other groups.
+fn floor(c: &mut Criterion) {
+    use std::hash::Hasher as _;
+
+    let mut group = c.benchmark_group("floor");
+    group.throughput(Throughput::Elements(1));
+    let keys: Vec<u64> = (0..4096u64)
+        .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+        .collect();
+    group.bench_function("siphash13_u64", |b| {
+        let mut i = 0;
+        b.iter(|| {
+            i = (i + 1) & 4095;
+            let mut h = siphasher::sip::SipHasher13::new_with_keys(7, 11);
+            h.write_u64(black_box(keys[i]));
+            black_box(h.finish())
+        });
+    });
+    let lines: Vec<[u64; 8]> = vec![[1; 8]; (1_200_000 / 64) as usize];
+    let positions: Vec<usize> = keys.iter().map(|k| (*k as usize) % lines.len()).collect();
+    group.bench_function("random_line_read_1.2MB", |b| {
+        let mut i = 0;
+        b.iter(|| {
+            i = (i + 1) & 4095;
+            black_box(lines[positions[i]][positions[i] & 7])
+        });
+    });
+    group.finish();
+}
+
 fn benches(c: &mut Criterion) {
+    floor(c);
     eprintln!("[memory] bits per item at p = {FPR}:");
     for n in [SMALL, LARGE] {
         eprint!("  n = {}:", size_label(n));
