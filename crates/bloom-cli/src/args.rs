@@ -2,7 +2,7 @@
 //! rates, layouts and seeds. Every parser rejects bad input with a message that says what a
 //! good value looks like; clap prints it and exits with status 2.
 
-use bloom_core::Layout;
+use bloom_core::{BloomFilter, BuildError, Layout, Params, params};
 
 use crate::input::DEFAULT_MAX_LINE_BYTES;
 
@@ -22,6 +22,73 @@ impl From<LayoutArg> for Layout {
             LayoutArg::Blocked => Layout::Blocked,
             LayoutArg::Classic => Layout::Classic,
         }
+    }
+}
+
+/// The flags of the commands that size a filter: `--items`, `--fpr` and `--layout`.
+///
+/// `N` is what `--items` takes: a count (`u64`), or a count or `auto` ([`ItemsArg`]). Each
+/// command words the help of `--items` and `--fpr` for itself, with
+/// `#[command(mut_arg("items", |a| a.help(..)))]` (likewise `"fpr"`).
+#[derive(clap::Args, Clone, Copy, Debug)]
+pub struct SizeArgs<N: ItemsValue = u64> {
+    #[arg(short = 'n', long, value_name = N::VALUE_NAME, value_parser = N::parse,
+          allow_negative_numbers = true)]
+    pub items: N,
+    #[arg(short = 'p', long, value_name = "P", value_parser = parse_fpr,
+          allow_negative_numbers = true)]
+    pub fpr: f64,
+    /// Layout of the bits.
+    #[arg(long, value_enum, default_value_t)]
+    pub layout: LayoutArg,
+}
+
+impl<N: ItemsValue> SizeArgs<N> {
+    /// `--layout` as the core library's type.
+    pub fn layout(&self) -> Layout {
+        Layout::from(self.layout)
+    }
+
+    /// A filter for `items` keys at `--fpr` in `--layout`, with hash key `seed` (random if
+    /// none).
+    pub fn build_filter(&self, items: u64, seed: Option<u128>) -> Result<BloomFilter, BuildError> {
+        let mut builder = BloomFilter::builder()
+            .expected_items(items)
+            .false_positive_rate(self.fpr)
+            .layout(self.layout());
+        if let Some(seed) = seed {
+            builder = builder.seed(seed);
+        }
+        builder.build()
+    }
+}
+
+impl SizeArgs {
+    /// The bits and hashes of the filter these flags give.
+    pub fn params(&self) -> Result<Params, BuildError> {
+        params::for_layout(self.layout(), self.items, self.fpr)
+    }
+}
+
+/// What `--items` of [`SizeArgs`] takes, and how it is parsed.
+pub trait ItemsValue: Clone + Send + Sync + 'static {
+    /// The placeholder in help and usage.
+    const VALUE_NAME: &'static str;
+    /// The value parser.
+    fn parse(s: &str) -> Result<Self, String>;
+}
+
+impl ItemsValue for u64 {
+    const VALUE_NAME: &'static str = "N";
+    fn parse(s: &str) -> Result<Self, String> {
+        parse_items(s)
+    }
+}
+
+impl ItemsValue for ItemsArg {
+    const VALUE_NAME: &'static str = "N|auto";
+    fn parse(s: &str) -> Result<Self, String> {
+        parse_items_or_auto(s)
     }
 }
 

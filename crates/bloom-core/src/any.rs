@@ -5,9 +5,20 @@ use std::fmt;
 use std::io::{self, Read, Write};
 
 use crate::format::{Kind, read_up_to};
-use crate::{
-    BloomFilter, BuildError, CountingBloomFilter, DecodeError, Key, Layout, ScalableBloomFilter,
-};
+use crate::{BloomFilter, CountingBloomFilter, DecodeError, Key, Layout, ScalableBloomFilter};
+
+/// Forwards to the filter inside whichever variant `$self` is: `$f` names it in `$body`.
+/// Used by every method that does the same thing for each kind; the few whose arms differ
+/// (`remove`, `kind`, the `as_*` accessors, `capacity`, `num_bits`, `fill_ratio`) match by hand.
+macro_rules! dispatch {
+    ($self:expr, $f:ident => $body:expr) => {
+        match $self {
+            AnyFilter::Plain($f) => $body,
+            AnyFilter::Counting($f) => $body,
+            AnyFilter::Scalable($f) => $body,
+        }
+    };
+}
 
 /// A [`BloomFilter`], a [`CountingBloomFilter`] or a [`ScalableBloomFilter`].
 ///
@@ -54,11 +65,7 @@ impl AnyFilter {
     /// ```
     #[inline]
     pub fn insert<K: Key + ?Sized>(&self, key: &K) -> bool {
-        match self {
-            Self::Plain(f) => f.insert(key),
-            Self::Counting(f) => f.insert(key),
-            Self::Scalable(f) => f.insert(key),
-        }
+        dispatch!(self, f => f.insert(key))
     }
 
     /// `false` means `key` was definitely never inserted.
@@ -73,11 +80,7 @@ impl AnyFilter {
     /// ```
     #[inline]
     pub fn contains<K: Key + ?Sized>(&self, key: &K) -> bool {
-        match self {
-            Self::Plain(f) => f.contains(key),
-            Self::Counting(f) => f.contains(key),
-            Self::Scalable(f) => f.contains(key),
-        }
+        dispatch!(self, f => f.contains(key))
     }
 
     /// Removes one insertion of `key` from a counting filter (see
@@ -96,6 +99,7 @@ impl AnyFilter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn remove<K: Key + ?Sized>(&self, key: &K) -> Option<bool> {
+        // Not `dispatch!`: only a counting filter can remove.
         match self {
             Self::Counting(f) => Some(f.remove(key)),
             Self::Plain(_) | Self::Scalable(_) => None,
@@ -113,6 +117,7 @@ impl AnyFilter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn kind(&self) -> &'static str {
+        // Not `dispatch!`: a label per variant, not a forwarded call.
         match self {
             Self::Plain(_) => "plain",
             Self::Counting(_) => "counting",
@@ -186,11 +191,7 @@ impl AnyFilter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn layout(&self) -> Layout {
-        match self {
-            Self::Plain(f) => f.layout(),
-            Self::Counting(f) => f.layout(),
-            Self::Scalable(f) => f.layout(),
-        }
+        dispatch!(self, f => f.layout())
     }
 
     /// The secret hash key. Never log it.
@@ -203,11 +204,7 @@ impl AnyFilter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn seed(&self) -> u128 {
-        match self {
-            Self::Plain(f) => f.seed(),
-            Self::Counting(f) => f.seed(),
-            Self::Scalable(f) => f.seed(),
-        }
+        dispatch!(self, f => f.seed())
     }
 
     /// The number of keys a fixed-size filter was sized for; `None` if it was sized by bits,
@@ -221,6 +218,7 @@ impl AnyFilter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn capacity(&self) -> Option<u64> {
+        // Not `dispatch!`: a scalable filter has no capacity (it adds stages).
         match self {
             Self::Plain(f) => f.capacity(),
             Self::Counting(f) => f.capacity(),
@@ -241,11 +239,7 @@ impl AnyFilter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn target_fpr(&self) -> Option<f64> {
-        match self {
-            Self::Plain(f) => f.target_fpr(),
-            Self::Counting(f) => f.target_fpr(),
-            Self::Scalable(f) => f.target_fpr(),
-        }
+        dispatch!(self, f => f.target_fpr())
     }
 
     /// Bits (slots, for a counting filter; summed over stages, for a scalable one).
@@ -258,6 +252,7 @@ impl AnyFilter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn num_bits(&self) -> u64 {
+        // Not `dispatch!`: a counting filter calls its bits `num_slots`.
         match self {
             Self::Plain(f) => f.num_bits(),
             Self::Counting(f) => f.num_slots(),
@@ -277,11 +272,7 @@ impl AnyFilter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn size_in_bytes(&self) -> usize {
-        match self {
-            Self::Plain(f) => f.size_in_bytes(),
-            Self::Counting(f) => f.size_in_bytes(),
-            Self::Scalable(f) => f.size_in_bytes(),
-        }
+        dispatch!(self, f => f.size_in_bytes())
     }
 
     /// The fraction of bits set (non-zero counters; over all stages). One scan.
@@ -296,6 +287,7 @@ impl AnyFilter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn fill_ratio(&self) -> f64 {
+        // Not `dispatch!`: a scalable filter has no `fill_ratio`; compute it from its stages.
         match self {
             Self::Plain(f) => f.fill_ratio(),
             Self::Counting(f) => f.fill_ratio(),
@@ -316,11 +308,7 @@ impl AnyFilter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn estimated_items(&self) -> f64 {
-        match self {
-            Self::Plain(f) => f.estimated_items(),
-            Self::Counting(f) => f.estimated_items(),
-            Self::Scalable(f) => f.estimated_items(),
-        }
+        dispatch!(self, f => f.estimated_items())
     }
 
     /// The false-positive rate the bits imply now (one scan).
@@ -337,54 +325,7 @@ impl AnyFilter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn current_fpr(&self) -> f64 {
-        match self {
-            Self::Plain(f) => f.current_fpr(),
-            Self::Counting(f) => f.current_fpr(),
-            Self::Scalable(f) => f.current_fpr(),
-        }
-    }
-
-    /// An empty filter of the same kind, layout and settings, sized for `expected_items` at
-    /// `false_positive_rate` (a scalable filter's first stage takes `expected_items`), with
-    /// this filter's hash key or, if `seed` is `Some`, that one.
-    ///
-    /// ```
-    /// use bloom_core::{AnyFilter, BloomFilter, CountingBloomFilter, ScalableBloomFilter};
-    ///
-    /// let f = AnyFilter::from(CountingBloomFilter::builder()
-    ///     .expected_items(100)
-    ///     .false_positive_rate(0.01)
-    ///     .seed(3)
-    ///     .build()?);
-    /// let bigger = f.empty_like(10_000, 0.001, None)?;
-    /// assert_eq!((bigger.kind(), bigger.seed()), ("counting", 3));
-    /// assert_eq!((bigger.capacity(), bigger.target_fpr()), (Some(10_000), Some(0.001)));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn empty_like(
-        &self,
-        expected_items: u64,
-        false_positive_rate: f64,
-        seed: Option<u128>,
-    ) -> Result<AnyFilter, BuildError> {
-        let seed = seed.unwrap_or_else(|| self.seed());
-        let builder = BloomFilter::builder()
-            .layout(self.layout())
-            .seed(seed)
-            .expected_items(expected_items)
-            .false_positive_rate(false_positive_rate);
-        Ok(match self {
-            Self::Plain(_) => Self::Plain(builder.build()?),
-            Self::Counting(_) => Self::Counting(builder.build_counting()?),
-            Self::Scalable(f) => Self::Scalable(
-                ScalableBloomFilter::builder(expected_items, false_positive_rate)
-                    .layout(f.layout())
-                    .growth_factor(f.growth_factor())
-                    .tightening_ratio(f.tightening_ratio())
-                    .seed(seed)
-                    .build()?,
-            ),
-        })
+        dispatch!(self, f => f.current_fpr())
     }
 
     /// The filter in the file format of its kind (see `docs/FORMAT.md`).
@@ -399,11 +340,7 @@ impl AnyFilter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn to_bytes(&self) -> Vec<u8> {
-        match self {
-            Self::Plain(f) => f.to_bytes(),
-            Self::Counting(f) => f.to_bytes(),
-            Self::Scalable(f) => f.to_bytes(),
-        }
+        dispatch!(self, f => f.to_bytes())
     }
 
     /// Writes [`to_bytes`](Self::to_bytes)'s output to `w`.
@@ -418,11 +355,7 @@ impl AnyFilter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn write_to<W: Write + ?Sized>(&self, w: &mut W) -> io::Result<()> {
-        match self {
-            Self::Plain(f) => f.write_to(w),
-            Self::Counting(f) => f.write_to(w),
-            Self::Scalable(f) => f.write_to(w),
-        }
+        dispatch!(self, f => f.write_to(w))
     }
 
     /// Reads a filter of any kind from exactly `bytes`.
@@ -495,11 +428,7 @@ impl From<ScalableBloomFilter> for AnyFilter {
 
 impl fmt::Debug for AnyFilter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Plain(filter) => fmt::Debug::fmt(filter, f),
-            Self::Counting(filter) => fmt::Debug::fmt(filter, f),
-            Self::Scalable(filter) => fmt::Debug::fmt(filter, f),
-        }
+        dispatch!(self, filter => fmt::Debug::fmt(filter, f))
     }
 }
 
@@ -579,18 +508,5 @@ mod tests {
         assert_eq!(counting.remove("k"), Some(true));
         assert!(!counting.contains("k"));
         assert_eq!(counting.remove("k"), Some(false));
-    }
-
-    #[test]
-    fn empty_like_keeps_kind_layout_and_key() {
-        for filter in each_kind() {
-            let next = filter.empty_like(5_000, 0.001, None).unwrap();
-            assert_eq!(
-                (next.kind(), next.layout(), next.seed()),
-                (filter.kind(), filter.layout(), 3)
-            );
-            assert_eq!(next.target_fpr(), Some(0.001));
-            assert_eq!(filter.empty_like(5_000, 0.001, Some(9)).unwrap().seed(), 9);
-        }
     }
 }

@@ -5,10 +5,9 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use bloom_core::{BloomFilter, Layout};
 use indicatif::HumanBytes;
 
-use crate::args::{InputArgs, ItemsArg, LayoutArg, parse_fpr, parse_items_or_auto, parse_seed};
+use crate::args::{InputArgs, ItemsArg, SizeArgs, parse_seed};
 use crate::input::Source;
 use crate::output::AtomicFile;
 use crate::progress::{self, Progress};
@@ -26,6 +25,9 @@ Examples:
 With --items auto the filter is sized for the number of lines (duplicates included, so at
 least the number of distinct keys). Files are read twice; standard input is first copied to
 a temporary file (in $TMPDIR), which needs as much free disk space as the input.")]
+#[command(mut_arg("items", |a| a.help(
+    "Number of distinct keys to size for (1000000, 250k, 100M, 1e8), or `auto`")))]
+#[command(mut_arg("fpr", |a| a.help("Target false-positive rate at N keys, e.g. 0.01, 1e-4 or 1%")))]
 pub struct Args {
     /// Input files (regular files only); `-` or none reads standard input.
     #[arg(value_name = "INPUT")]
@@ -33,17 +35,8 @@ pub struct Args {
     /// The filter file to write.
     #[arg(short, long, value_name = "FILE")]
     output: PathBuf,
-    /// Number of distinct keys to size for (1000000, 250k, 100M, 1e8), or `auto`.
-    #[arg(short = 'n', long, value_name = "N|auto", value_parser = parse_items_or_auto,
-          allow_negative_numbers = true)]
-    items: ItemsArg,
-    /// Target false-positive rate at N keys, e.g. 0.01, 1e-4 or 1%.
-    #[arg(short = 'p', long, value_name = "P", value_parser = parse_fpr,
-          allow_negative_numbers = true)]
-    fpr: f64,
-    /// Layout of the bits.
-    #[arg(long, value_enum, default_value_t)]
-    layout: LayoutArg,
+    #[command(flatten)]
+    size: SizeArgs<ItemsArg>,
     /// The secret 128-bit hash key, decimal or 0x-hex [default: random]. Only for filters
     /// that must be rebuilt identically; whoever knows it can craft false positives.
     #[arg(long, value_name = "SEED", value_parser = parse_seed)]
@@ -74,7 +67,7 @@ pub fn run(args: &Args) -> Result<()> {
     let out = AtomicFile::create(&args.output)?;
     let show = progress::wanted(args.quiet);
 
-    let items = match args.items {
+    let items = match args.size.items {
         ItemsArg::Count(n) => n,
         ItemsArg::Auto => {
             let mut total = 0u64;
@@ -92,15 +85,9 @@ pub fn run(args: &Args) -> Result<()> {
         }
     };
 
-    let mut builder = BloomFilter::builder()
-        .expected_items(items)
-        .false_positive_rate(args.fpr)
-        .layout(Layout::from(args.layout));
-    if let Some(seed) = args.seed {
-        builder = builder.seed(seed);
-    }
-    let filter = builder
-        .build()
+    let filter = args
+        .size
+        .build_filter(items, args.seed)
         .with_context(|| format!("cannot size the filter for {items} items"))?;
 
     let total_bytes = sources.iter().map(Source::len).sum::<Option<u64>>();

@@ -11,10 +11,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use bloom_core::{BloomFilter, Layout, params};
+use bloom_core::{BloomFilter, params};
 use indicatif::HumanBytes;
 
-use crate::args::{InputArgs, LayoutArg, fmt_rate, parse_fpr, parse_items, parse_seed};
+use crate::args::{InputArgs, SizeArgs, fmt_rate, parse_seed};
 use crate::cmd::{STDOUT_BUFFER, raw_stdout, stdout_failed};
 use crate::input::{Lines, stdin_reader};
 use crate::output::AtomicFile;
@@ -36,19 +36,14 @@ Examples:
 If it does not exist, a new filter is used. Either way the filter is saved to FILE,
 atomically, when standard input ends. On any error (including a closed output pipe) FILE
 is left as it was, so a rerun repeats the interrupted part rather than losing it.")]
+#[command(mut_arg("items", |a| a.help(
+    "Number of distinct lines to size for (1000000, 250k, 100M, 1e8); past it, more and more \
+     new lines are wrongly dropped")))]
+#[command(mut_arg("fpr", |a| a.help(
+    "Probability that a new line is wrongly dropped, at N lines: 0.01, 1e-4 or 1%")))]
 pub struct Args {
-    /// Number of distinct lines to size for (1000000, 250k, 100M, 1e8); past it, more and
-    /// more new lines are wrongly dropped.
-    #[arg(short = 'n', long, value_name = "N", value_parser = parse_items,
-          allow_negative_numbers = true)]
-    items: u64,
-    /// Probability that a new line is wrongly dropped, at N lines: 0.01, 1e-4 or 1%.
-    #[arg(short = 'p', long, value_name = "P", value_parser = parse_fpr,
-          allow_negative_numbers = true)]
-    fpr: f64,
-    /// Layout of the bits.
-    #[arg(long, value_enum, default_value_t)]
-    layout: LayoutArg,
+    #[command(flatten)]
+    size: SizeArgs,
     /// Load the filter from FILE if it exists, save it there at the end.
     #[arg(long, value_name = "FILE")]
     state: Option<PathBuf>,
@@ -68,26 +63,19 @@ pub struct Args {
 /// Runs the filter over standard input.
 pub fn run(args: &Args) -> Result<()> {
     let setup = Instant::now();
-    let layout = Layout::from(args.layout);
     // Fail on an unwritable state path before reading any input.
     let state_out = args.state.as_deref().map(AtomicFile::create).transpose()?;
     let loaded = args.state.as_deref().is_some_and(|p| p.exists());
     let filter = match &args.state {
         Some(path) if loaded => {
             let filter = crate::filter_file::load_plain(path, "dedup --state")?;
-            check_state(&filter, args, layout, &path.display().to_string())?;
+            check_state(&filter, args, &path.display().to_string())?;
             filter
         }
-        _ => {
-            let mut builder = BloomFilter::builder()
-                .expected_items(args.items)
-                .false_positive_rate(args.fpr)
-                .layout(layout);
-            if let Some(seed) = args.seed {
-                builder = builder.seed(seed);
-            }
-            builder.build().context("cannot size the filter")?
-        }
+        _ => args
+            .size
+            .build_filter(args.size.items, args.seed)
+            .context("cannot size the filter")?,
     };
     let setup = setup.elapsed();
 
@@ -154,27 +142,27 @@ fn may_be_saturated(filter: &BloomFilter, loaded: bool, kept: u64) -> bool {
 
 /// A state file must be the filter these arguments would create: same layout, size and k
 /// (and hash key when --seed is given). Anything else would silently change the drop rate.
-fn check_state(filter: &BloomFilter, args: &Args, layout: Layout, name: &str) -> Result<()> {
+fn check_state(filter: &BloomFilter, args: &Args, name: &str) -> Result<()> {
     let sized_for = match (filter.capacity(), filter.target_fpr()) {
         (Some(n), Some(p)) => format!(" (it was created with --items {n} --fpr {p})"),
         _ => String::new(),
     };
+    let layout = args.size.layout();
     if filter.layout() != layout {
         bail!(
             "{name}: the state's layout is {}, not {layout}{sized_for}",
             filter.layout()
         );
     }
-    let want =
-        params::for_layout(layout, args.items, args.fpr).context("cannot size the filter")?;
+    let want = args.size.params().context("cannot size the filter")?;
     if filter.num_bits() != want.bits || filter.num_hashes() != want.hashes {
         bail!(
             "{name}: the state has m = {} bits, k = {}, but --items {} --fpr {} give m = {}, \
              k = {}{sized_for}",
             filter.num_bits(),
             filter.num_hashes(),
-            args.items,
-            args.fpr,
+            args.size.items,
+            args.size.fpr,
             want.bits,
             want.hashes,
         );
