@@ -28,6 +28,26 @@ pub(super) struct Build {
 }
 
 impl Inner {
+    /// Starts building an empty filter of the fleet's shape for `generation`: from now on every
+    /// local insert also writes it. `in_time` and `mine` as in [`Build`].
+    pub(super) fn start_build(
+        &self,
+        generation: u64,
+        in_time: bool,
+        mine: bool,
+    ) -> Result<Build, Error> {
+        let handle = self
+            .filter
+            .start_building(self.shape.empty())
+            .map_err(|_| Error::Busy)?;
+        Ok(Build {
+            generation,
+            handle,
+            in_time,
+            mine,
+        })
+    }
+
     /// The local filter holding exactly `generation`, if it is the serving or the building one.
     pub(super) fn filter_of(&self, generation: u64) -> Option<CurrentFilter> {
         let state = lock(&self.state);
@@ -137,16 +157,7 @@ impl Inner {
         };
         {
             let mut state = lock(&self.state);
-            let handle = self
-                .filter
-                .start_building(self.shape.empty())
-                .map_err(|_| Error::Busy)?;
-            state.building = Some(Build {
-                generation,
-                handle,
-                in_time: false,
-                mine: false,
-            });
+            state.building = Some(self.start_build(generation, false, false)?);
         }
         // Only now, with every later insert double-written, tell the rebuilder.
         let mut conn = self.conn.clone();
@@ -187,15 +198,7 @@ impl Inner {
                 Some(build) if build.generation == generation => build,
                 other => {
                     drop(other);
-                    Build {
-                        generation,
-                        handle: self
-                            .filter
-                            .start_building(self.shape.empty())
-                            .map_err(|_| Error::Busy)?,
-                        in_time: false,
-                        mine: false,
-                    }
+                    self.start_build(generation, false, false)?
                 }
             };
             let next = build

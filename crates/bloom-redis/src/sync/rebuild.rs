@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use bloom_tower::key_source::KeySource;
 use futures_util::StreamExt;
 
-use super::generations::Build;
 use super::{Inner, lock, now_ms};
 use crate::protocol::{self, Kind};
 use crate::scripts::{self, Lock};
@@ -188,16 +187,7 @@ impl Inner {
         {
             let mut state = lock(&self.state);
             state.building = None; // any other is abandoned: we hold the lock
-            let handle = self
-                .filter
-                .start_building(self.shape.empty())
-                .map_err(|_| Error::Busy)?;
-            state.building = Some(Build {
-                generation,
-                handle,
-                in_time: true,
-                mine: true,
-            });
+            state.building = Some(self.start_build(generation, true, true)?);
         }
         let begin = scripts::begin();
         let mut invocation = begin.key(self.keys.lock());
