@@ -97,6 +97,15 @@ impl BitVector {
         (0..self.len).map(|i| self.load(i))
     }
 
+    /// The words `range`, clamped to the length.
+    pub(crate) fn iter_range(
+        &self,
+        range: std::ops::Range<usize>,
+    ) -> impl ExactSizeIterator<Item = u64> + '_ {
+        let end = range.end.min(self.len);
+        (range.start.min(end)..end).map(|i| self.load(i))
+    }
+
     /// Hint the CPU to start fetching the cache line holding `word`.
     #[inline(always)]
     pub(crate) fn prefetch(&self, word: usize) {

@@ -588,6 +588,26 @@ impl BloomFilter {
         self.bits.iter()
     }
 
+    /// The words `range` of the bit array (clamped to [`num_words`](Self::num_words)), as
+    /// [`words`](Self::words) gives them: a piece to send without reading the words before it.
+    ///
+    /// ```
+    /// use bloom_core::BloomFilter;
+    ///
+    /// let f = BloomFilter::builder().bits(1_024).hashes(3).build()?;
+    /// f.insert("a");
+    /// let piece: Vec<u64> = f.words_in(8..16).collect();
+    /// assert_eq!(piece, f.words().skip(8).take(8).collect::<Vec<_>>());
+    /// assert_eq!(f.words_in(10..99).len(), 6); // 16 words in all
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn words_in(
+        &self,
+        range: std::ops::Range<usize>,
+    ) -> impl ExactSizeIterator<Item = u64> + '_ {
+        self.bits.iter_range(range)
+    }
+
     /// The number of 64-bit words in the bit array: `num_bits / 64` rounded up.
     ///
     /// ```

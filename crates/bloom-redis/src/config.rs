@@ -36,6 +36,8 @@ pub struct RedisSyncBuilder {
     pub(crate) url: Arc<str>,
     pub(crate) prefix: Option<String>,
     pub(crate) reconcile_every: Duration,
+    pub(crate) full_pass_every: Duration,
+    pub(crate) cluster: bool,
     pub(crate) pubsub: bool,
     pub(crate) segment_bytes: u64,
     pub(crate) lock_ttl: Duration,
@@ -56,6 +58,8 @@ impl fmt::Debug for RedisSyncBuilder {
         f.debug_struct("RedisSyncBuilder")
             .field("prefix", &self.prefix)
             .field("reconcile_every", &self.reconcile_every)
+            .field("full_pass_every", &self.full_pass_every)
+            .field("cluster", &self.cluster)
             .field("pubsub", &self.pubsub)
             .field("segment_bytes", &self.segment_bytes)
             .field("lock_ttl", &self.lock_ttl)
@@ -75,8 +79,10 @@ impl RedisSyncBuilder {
             url: url.into(),
             prefix: None,
             reconcile_every: Duration::from_secs(10),
+            full_pass_every: Duration::from_secs(3600),
+            cluster: false,
             pubsub: true,
-            segment_bytes: 64 << 20,
+            segment_bytes: 64 << 10,
             lock_ttl: Duration::from_secs(30),
             ack_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(2),
@@ -239,6 +245,41 @@ impl RedisSyncBuilder {
         self
     }
 
+    /// How often a reconciliation is a full pass (default 1 h): Redis hashes every segment and
+    /// only those whose digest differs from the local copy's are moved. It is the safety net
+    /// under the per-segment versions (a write whose version bump was lost, a local bit that
+    /// never reached Redis). A full pass also runs at joining — an instance started from a
+    /// recent snapshot downloads only what changed since — and after a reconnection, a
+    /// resubscription or a Redis restart.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use bloom_redis::RedisSync;
+    ///
+    /// let builder = RedisSync::builder("redis://127.0.0.1/").full_pass_every(Duration::from_secs(600));
+    /// # let _ = builder;
+    /// ```
+    pub fn full_pass_every(mut self, interval: Duration) -> Self {
+        self.full_pass_every = interval;
+        self
+    }
+
+    /// The URL names one node of a Redis Cluster (default off): the other nodes are
+    /// discovered, each group of segments lives in its own hash slot (so the filter spreads
+    /// over the shards), and every script and pipeline touches one slot. The subscription
+    /// goes to the named node (Redis Cluster delivers messages published on any node).
+    ///
+    /// ```
+    /// use bloom_redis::RedisSync;
+    ///
+    /// let builder = RedisSync::builder("redis://10.0.0.1:7000/").cluster(true);
+    /// # let _ = builder;
+    /// ```
+    pub fn cluster(mut self, on: bool) -> Self {
+        self.cluster = on;
+        self
+    }
+
     /// Propagate inserts at once through pub/sub (default on). Off, instances converge by
     /// reconciliation alone.
     ///
@@ -255,8 +296,10 @@ impl RedisSyncBuilder {
         self
     }
 
-    /// Bytes of the bit array per Redis key (default 64 MiB; at most 512 MiB, Redis's
-    /// value limit; a multiple of 8).
+    /// Bytes of the bit array per Redis key (default 64 KiB; at most 512 MiB, Redis's value
+    /// limit; a multiple of 8). A reconciliation moves whole segments, so this is what one
+    /// changed bit costs to pull; smaller segments cost more keys and more version entries
+    /// (the crate README measures the trade-off).
     ///
     /// ```
     /// # use std::time::Duration;
@@ -346,8 +389,10 @@ impl RedisSyncBuilder {
                 "segment_bytes must be at most 512 MiB (Redis's value limit)",
             ));
         }
-        if self.reconcile_every.is_zero() {
-            return Err(Error::Config("reconcile_every must be positive"));
+        if self.reconcile_every.is_zero() || self.full_pass_every.is_zero() {
+            return Err(Error::Config(
+                "reconcile_every and full_pass_every must be positive",
+            ));
         }
         if self.heartbeat.is_zero() || self.stale_after <= self.heartbeat {
             return Err(Error::Config(

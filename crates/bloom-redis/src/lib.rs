@@ -3,6 +3,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod config;
+mod conn;
 mod error;
 mod protocol;
 mod scripts;

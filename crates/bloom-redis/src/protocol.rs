@@ -76,20 +76,35 @@ pub(crate) struct StoredShape {
     pub(crate) seed: String,
 }
 
-/// Key names under one prefix. Every key of one filter shares the `{prefix}` hash tag, so the
-/// scripts touching several of them work on Redis Cluster too.
+/// Segments per group: the segments of one group share a Redis Cluster hash slot (and a
+/// version hash); the groups of a generation spread over the shards.
+pub(crate) const SEGMENTS_PER_GROUP: u64 = 64;
+
+/// The group of segment `s`.
+pub(crate) fn group_of(s: u64) -> u64 {
+    s / SEGMENTS_PER_GROUP
+}
+
+/// Key names under one prefix, laid out for Redis Cluster: the keys every instance finds
+/// first (config, generation, lock, members, acks) share the `{prefix}` hash tag, so the
+/// scripts that touch several of them run in one slot; each group of segments has its own
+/// tag `{prefix:g<G>:<group>}`, shared by its segments, its version hash, its fence and its
+/// scratch keys, so a script or pipeline on one group also stays in one slot.
 #[derive(Clone)]
 pub(crate) struct Keys {
+    prefix: String,
     base: String,
 }
 
 impl Keys {
     pub(crate) fn new(prefix: &str) -> Self {
         Self {
+            prefix: prefix.to_owned(),
             base: format!("{{{prefix}}}"),
         }
     }
-    /// HASH m, k, layout, seed: the parameters every instance must share.
+    /// HASH m, k, layout, seed, format, incarnation: the parameters every instance must
+    /// share, the key layout's version, and a random id of this Redis dataset.
     pub(crate) fn config(&self) -> String {
         format!("{}:config", self.base)
     }
@@ -121,13 +136,27 @@ impl Keys {
     pub(crate) fn sealed(&self, g: u64) -> String {
         format!("{}:g{g}:sealed", self.base)
     }
+    /// The hash tag of group `group` of generation `g`.
+    fn group(&self, g: u64, group: u64) -> String {
+        format!("{{{}:g{g}:{group}}}", self.prefix)
+    }
     /// STRING: segment `s` of generation `g`'s bits, little-endian words as bytes.
     pub(crate) fn segment(&self, g: u64, s: u64) -> String {
-        format!("{}:g{g}:seg{s}", self.base)
+        format!("{}:seg{s}", self.group(g, group_of(s)))
     }
-    /// STRING: a scratch key for one upload.
-    pub(crate) fn scratch(&self, instance: u64) -> String {
-        format!("{}:tmp:{instance:016x}", self.base)
+    /// HASH segment number → version (bumped with every write to that segment), and `all`
+    /// → the group's count of writes: one field tells whether anything in the group moved.
+    pub(crate) fn versions(&self, g: u64, group: u64) -> String {
+        format!("{}:ver", self.group(g, group))
+    }
+    /// STRING: the fencing number of the rebuild that last reset the group; a rebuild's
+    /// writes carry theirs, and a smaller or different one is refused.
+    pub(crate) fn group_fence(&self, g: u64, group: u64) -> String {
+        format!("{}:fence", self.group(g, group))
+    }
+    /// STRING: a scratch key for one upload into the group.
+    pub(crate) fn scratch(&self, g: u64, group: u64, instance: u64) -> String {
+        format!("{}:tmp:{instance:016x}", self.group(g, group))
     }
     /// The pub/sub channel.
     pub(crate) fn channel(&self) -> String {
@@ -149,7 +178,8 @@ pub(crate) fn redis_bit(bit: u64, segment_bytes: u64) -> (u64, u64) {
 /// Message kinds on the channel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
-    /// Bits set in a generation: the words are their indices.
+    /// Bits set in a generation, and the versions that write gave the segments it touched
+    /// ([`BitsMessage`]).
     Bits = 1,
     /// A rebuild of the generation started: start double-writing it.
     Building = 2,
@@ -191,7 +221,7 @@ pub(crate) struct Message {
     pub(crate) words: Vec<u64>,
 }
 
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 const HEADER: usize = 18;
 
 pub(crate) fn encode(kind: Kind, sender: u64, generation: u64, words: &[u64]) -> Vec<u8> {
@@ -218,6 +248,52 @@ pub(crate) fn decode(bytes: &[u8]) -> Option<Message> {
         generation: u64_at(10),
         words: (HEADER..bytes.len()).step_by(8).map(u64_at).collect(),
     })
+}
+
+/// The body of a [`Kind::Bits`] message: the bits one write set in a generation, with the
+/// versions it left: `[groups n][(group, all) × n][segments m][(segment, version) × m]
+/// [bit]*`. A receiver that held the group at `all - 1` (or the segment at `version - 1`)
+/// holds it at the new version once it has these bits, and need not pull it.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct BitsMessage {
+    pub(crate) groups: Vec<(u64, u64)>,
+    pub(crate) segments: Vec<(u64, u64)>,
+    pub(crate) bits: Vec<u64>,
+}
+
+impl BitsMessage {
+    pub(crate) fn to_words(&self) -> Vec<u64> {
+        let mut words =
+            Vec::with_capacity(2 + 2 * (self.groups.len() + self.segments.len()) + self.bits.len());
+        words.push(self.groups.len() as u64);
+        words.extend(self.groups.iter().flat_map(|&(a, b)| [a, b]));
+        words.push(self.segments.len() as u64);
+        words.extend(self.segments.iter().flat_map(|&(a, b)| [a, b]));
+        words.extend_from_slice(&self.bits);
+        words
+    }
+
+    pub(crate) fn from_words(words: &[u64]) -> Option<Self> {
+        fn pairs(words: &mut &[u64]) -> Option<Vec<(u64, u64)>> {
+            let (&n, rest) = words.split_first()?;
+            let n = usize::try_from(n).ok()?;
+            let len = n.checked_mul(2)?;
+            if rest.len() < len {
+                return None;
+            }
+            let (these, rest) = rest.split_at(len);
+            *words = rest;
+            Some(these.chunks_exact(2).map(|p| (p[0], p[1])).collect())
+        }
+        let mut rest = words;
+        let groups = pairs(&mut rest)?;
+        let segments = pairs(&mut rest)?;
+        Some(Self {
+            groups,
+            segments,
+            bits: rest.to_vec(),
+        })
+    }
 }
 
 /// The words of `bytes` (little-endian; a short tail is zero-padded).
@@ -262,6 +338,32 @@ mod tests {
         let mut unknown = encode(Kind::Bits, 1, 2, &[]);
         unknown[1] = 99;
         assert!(decode(&unknown).is_none());
+    }
+
+    #[test]
+    fn bits_messages_round_trip_and_reject_truncation() {
+        let message = BitsMessage {
+            groups: vec![(0, 7), (3, 1)],
+            segments: vec![(5, 2), (200, 9)],
+            bits: vec![1, 2, 3],
+        };
+        let words = message.to_words();
+        assert_eq!(BitsMessage::from_words(&words), Some(message));
+        assert!(BitsMessage::from_words(&words[..3]).is_none());
+        assert!(BitsMessage::from_words(&[u64::MAX]).is_none());
+        assert_eq!(
+            BitsMessage::from_words(&[0, 0]),
+            Some(BitsMessage::default())
+        );
+    }
+
+    #[test]
+    fn groups_of_segments_share_one_hash_tag() {
+        let keys = Keys::new("p");
+        assert_eq!(keys.segment(3, 0), "{p:g3:0}:seg0");
+        assert_eq!(keys.segment(3, 64), "{p:g3:1}:seg64");
+        assert_eq!(keys.versions(3, 1), "{p:g3:1}:ver");
+        assert_eq!(keys.config(), "{p}:config");
     }
 
     #[test]

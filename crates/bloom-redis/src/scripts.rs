@@ -42,25 +42,39 @@ impl FromRedisValue for Ack {
     }
 }
 
-/// The reply of [`join`]: the shared parameters and the generations.
+/// The reply of [`join`]: the shared parameters, the generations and the dataset's identity.
 pub(crate) struct Joined {
     pub(crate) shape: StoredShape,
     /// The serving generation (the script creates it if it was missing).
     pub(crate) generation: Option<u64>,
     /// The generation being rebuilt, if any.
     pub(crate) building: Option<u64>,
+    /// The key layout's version ([`FORMAT`]); empty for a layout older than versioning.
+    pub(crate) format: String,
+    /// Random, set with the config: another value means Redis lost its data (or another
+    /// dataset answers) since this instance last looked.
+    pub(crate) incarnation: String,
 }
+
+/// The key layout written by this version (segments grouped under per-group hash tags, with
+/// versions). Stored in the config; instances of another layout refuse to share it.
+pub(crate) const FORMAT: &str = "2";
 
 impl FromRedisValue for Joined {
     fn from_redis_value(v: &Value) -> RedisResult<Self> {
-        let (bits, hashes, layout, seed, generation, building): (
-            String,
-            String,
-            String,
-            String,
-            String,
-            String,
-        ) = FromRedisValue::from_redis_value(v)?;
+        let values: Vec<String> = FromRedisValue::from_redis_value(v)?;
+        let [
+            bits,
+            hashes,
+            layout,
+            seed,
+            generation,
+            building,
+            format,
+            incarnation,
+        ]: [String; 8] = values.try_into().map_err(|_| {
+            redis::RedisError::from((redis::ErrorKind::TypeError, "join: 8 fields expected"))
+        })?;
         Ok(Self {
             shape: StoredShape {
                 bits,
@@ -70,41 +84,96 @@ impl FromRedisValue for Joined {
             },
             generation: generation.parse().ok(),
             building: building.parse().ok(),
+            format,
+            incarnation,
         })
     }
 }
 
 /// Creates the config and generation if absent (first instance, or Redis restarted empty),
-/// then returns `[m, k, layout, seed, generation, building]` ([`Joined`]).
-/// KEYS: config, gen, building. ARGV: m, k, layout, seed, our generation.
+/// then returns `[m, k, layout, seed, generation, building, format, incarnation]`
+/// ([`Joined`]). KEYS: config, gen, building. ARGV: m, k, layout, seed, our generation,
+/// format, a fresh incarnation.
 pub(crate) fn join() -> Script {
     Script::new(
         r"
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('HSET', KEYS[1], 'm', ARGV[1], 'k', ARGV[2], 'layout', ARGV[3], 'seed', ARGV[4])
+  redis.call('HSET', KEYS[1], 'm', ARGV[1], 'k', ARGV[2], 'layout', ARGV[3], 'seed', ARGV[4],
+    'format', ARGV[6], 'incarnation', ARGV[7])
 end
 redis.call('SET', KEYS[2], ARGV[5], 'NX')
-local c = redis.call('HMGET', KEYS[1], 'm', 'k', 'layout', 'seed')
-return {c[1], c[2], c[3], c[4], redis.call('GET', KEYS[2]), redis.call('GET', KEYS[3]) or ''}
+local c = redis.call('HMGET', KEYS[1], 'm', 'k', 'layout', 'seed', 'format', 'incarnation')
+return {c[1], c[2], c[3], c[4], redis.call('GET', KEYS[2]), redis.call('GET', KEYS[3]) or '',
+  c[5] or '', c[6] or ''}
 ",
     )
 }
 
-/// ORs ARGV[2] into segment KEYS[1] through scratch KEYS[2]; with a fencing token ARGV[1]
-/// (not empty) only while KEYS[3] (the lock) still holds it, refreshing its TTL (ARGV[3]),
-/// and the building marker KEYS[4]'s. Returns [`Lock`] (always `Held` without a token).
+/// What [`or_segment`] did: the segment's version after the write, or nothing when a
+/// rebuild's write was fenced off by a newer rebuild.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Written {
+    At(u64),
+    Fenced,
+}
+
+impl FromRedisValue for Written {
+    fn from_redis_value(v: &Value) -> RedisResult<Self> {
+        let version = i64::from_redis_value(v)?;
+        Ok(u64::try_from(version).map_or(Self::Fenced, Self::At))
+    }
+}
+
+/// ORs ARGV[2] into segment KEYS[1] through scratch KEYS[2] and bumps its version (field
+/// ARGV[3] of version hash KEYS[3], and the group's `all`); with a rebuild's fencing number
+/// ARGV[1] (not empty) only while the group's fence KEYS[4] still holds it. Returns
+/// [`Written`]. One group's keys: one slot.
 pub(crate) fn or_segment() -> Script {
     Script::new(
         r"
-if ARGV[1] ~= '' then
-  if redis.call('GET', KEYS[3]) ~= ARGV[1] then return 0 end
-  redis.call('PEXPIRE', KEYS[3], ARGV[3])
-  redis.call('PEXPIRE', KEYS[4], ARGV[3])
-end
+if ARGV[1] ~= '' and redis.call('GET', KEYS[4]) ~= ARGV[1] then return -1 end
 redis.call('SET', KEYS[2], ARGV[2])
 redis.call('BITOP', 'OR', KEYS[1], KEYS[1], KEYS[2])
 redis.call('DEL', KEYS[2])
+redis.call('HINCRBY', KEYS[3], 'all', 1)
+return redis.call('HINCRBY', KEYS[3], ARGV[3], 1)
+",
+    )
+}
+
+/// Empties a group of a generation a rebuild is about to announce: unless the group's fence
+/// KEYS[1] holds a newer rebuild's number, sets it to ARGV[1], deletes the segments
+/// (KEYS[3..]) left by an abandoned attempt and bumps their versions (ARGV[2..], in the hash
+/// KEYS[2]) so that no instance mistakes the new contents for ones it has seen. Returns
+/// [`Lock`] (`Lost`: a newer rebuild owns the group).
+pub(crate) fn reset_group() -> Script {
+    Script::new(
+        r"
+if tonumber(redis.call('GET', KEYS[1]) or '0') > tonumber(ARGV[1]) then return 0 end
+redis.call('SET', KEYS[1], ARGV[1])
+for i = 3, #KEYS do redis.call('DEL', KEYS[i]) end
+for i = 2, #ARGV do redis.call('HINCRBY', KEYS[2], ARGV[i], 1) end
+redis.call('HINCRBY', KEYS[2], 'all', 1)
 return 1
+",
+    )
+}
+
+/// For each segment KEYS[2..] (numbers ARGV[1..], versions in hash KEYS[1]): its version and
+/// the SHA-1 of its bytes without trailing zeros, read together. The slow full pass compares
+/// them with the local segments' digests: only segments that differ are moved.
+pub(crate) fn digests() -> Script {
+    Script::new(
+        r"
+local out = {}
+for i = 2, #KEYS do
+  local s = redis.call('GET', KEYS[i]) or ''
+  local n = #s
+  while n > 0 and string.byte(s, n) == 0 do n = n - 1 end
+  out[#out + 1] = redis.call('HGET', KEYS[1], ARGV[i - 1]) or '0'
+  out[#out + 1] = redis.sha1hex(string.sub(s, 1, n))
+end
+return out
 ",
     )
 }
@@ -126,16 +195,16 @@ return 1
 }
 
 /// Announces a rebuild of generation ARGV[2] if the lock KEYS[1] still holds ARGV[1]:
-/// sets building KEYS[2] (TTL ARGV[3]), clears acks KEYS[3] / sealed KEYS[4] and any
-/// segments left by an abandoned attempt (KEYS[5..]), publishes ARGV[5] on channel ARGV[4].
-/// Returns [`Lock`].
+/// sets building KEYS[2] (TTL ARGV[3]), clears acks KEYS[3] / sealed KEYS[4], publishes
+/// ARGV[5] on channel ARGV[4]. Returns [`Lock`]. (The segments were emptied before, group by
+/// group: [`reset_group`].)
 pub(crate) fn begin() -> Script {
     Script::new(
         r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
-for i = 3, #KEYS do redis.call('DEL', KEYS[i]) end
+redis.call('DEL', KEYS[3], KEYS[4])
 redis.call('PUBLISH', ARGV[4], ARGV[5])
 return 1
 ",
@@ -168,16 +237,15 @@ return 1
 }
 
 /// Makes generation ARGV[2] serve if the lock KEYS[1] still holds ARGV[1]: SET gen KEYS[2],
-/// DEL building KEYS[3] and the lock, expire the old generation's segments (KEYS[4..]) after
-/// ARGV[3] ms, publish ARGV[5] on ARGV[4]. Returns [`Lock`].
+/// DEL building KEYS[3] and the lock, publish ARGV[4] on ARGV[3]. Returns [`Lock`]. (The old
+/// generation's groups are then set to expire, group by group.)
 pub(crate) fn switch() -> Script {
     Script::new(
         r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[2], ARGV[2])
 redis.call('DEL', KEYS[3], KEYS[1])
-for i = 4, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[3]) end
-redis.call('PUBLISH', ARGV[4], ARGV[5])
+redis.call('PUBLISH', ARGV[3], ARGV[4])
 return 1
 ",
     )

@@ -25,8 +25,15 @@ pub enum Rebuilt {
 pub struct ReconcileReport {
     /// How long it took.
     pub elapsed: Duration,
-    /// Bytes read from Redis (every segment of every active generation).
+    /// Whether it was a full pass: every segment's digest compared (at joining, after a
+    /// reconnection or a Redis restart, and every
+    /// [`full_pass_every`](crate::RedisSyncBuilder::full_pass_every)); otherwise only the
+    /// segments whose versions moved, and those this instance dirtied, were looked at.
+    pub full: bool,
+    /// Bytes of segments read from Redis (those that moved, or differed).
     pub bytes_pulled: u64,
+    /// Segments read.
+    pub segments_pulled: u64,
     /// Bytes written to Redis (only segments where this instance had bits Redis lacked).
     pub bytes_pushed: u64,
     /// Segments written.

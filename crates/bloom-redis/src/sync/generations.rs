@@ -12,9 +12,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use bloom_core::BloomFilter;
 use bloom_tower::shared_filter::{Building, CurrentFilter};
 
+use super::segments::Pass;
 use super::{Inner, lock};
 use crate::Error;
-use crate::protocol;
 use crate::scripts::{self, Ack};
 
 pub(super) struct Build {
@@ -62,38 +62,45 @@ impl Inner {
         }
     }
 
-    /// The local filters that bits of `generation` go into (the routing rule above); empty
-    /// for a generation newer than any we know.
-    fn targets(&self, generation: u64) -> Vec<CurrentFilter> {
+    /// The local filters that bits of `generation` go into (the routing rule above), with
+    /// the generation each holds; empty for a generation newer than any we know.
+    fn targets(&self, generation: u64) -> Vec<(u64, CurrentFilter)> {
         let state = lock(&self.state);
         let building = state.building.as_ref();
         if generation <= state.generation {
-            std::iter::once(self.filter.current())
-                .chain(building.map(|b| b.handle.handle()))
+            std::iter::once((state.generation, self.filter.current()))
+                .chain(building.map(|b| (b.generation, b.handle.handle())))
                 .collect()
         } else {
             building
                 .filter(|b| b.generation == generation)
-                .map(|b| b.handle.handle())
+                .map(|b| (b.generation, b.handle.handle()))
                 .into_iter()
                 .collect()
         }
     }
 
     /// Sets received bits of `generation` in the filters it goes into; `false` if we do not
-    /// know that generation yet.
+    /// know that generation yet. Bits routed into another generation than theirs are in
+    /// none of Redis's copies of it: their segments are marked dirty there.
     pub(super) fn absorb_bits(&self, generation: u64, bits: &[u64]) -> bool {
         let targets = self.targets(generation);
         let words = self.shape.bits.div_ceil(64);
-        for target in &targets {
+        for (target_generation, target) in &targets {
             let Some(filter) = target.as_plain() else {
                 continue; // reported by the next reconciliation
             };
+            let mut routed = Vec::new();
             for &bit in bits {
-                if bit / 64 < words {
-                    filter.union_words((bit / 64) as usize, &[1 << (bit % 64)]);
+                if bit / 64 < words
+                    && filter.union_words((bit / 64) as usize, &[1 << (bit % 64)])
+                    && *target_generation != generation
+                {
+                    routed.push(bit);
                 }
             }
+            self.ledger
+                .mark_bits_dirty(*target_generation, &routed, self.cfg.segment_bytes);
         }
         !targets.is_empty()
     }
@@ -114,16 +121,21 @@ impl Inner {
                 .building
                 .as_ref()
                 .filter(|b| generation == state.generation && b.generation != generation)
-                .map(|b| b.handle.handle())
+                .map(|b| (b.generation, b.handle.handle()))
         };
-        if let Some(building) = building.as_ref().and_then(|b| b.as_plain()) {
+        if let Some((building_generation, building)) = &building
+            && let Some(building) = building.as_plain()
+        {
             let new: Vec<u64> = filter
-                .words()
-                .skip(first)
+                .words_in(first..first + pulled.len())
                 .zip(pulled)
                 .map(|(local, &remote)| remote & !local)
                 .collect();
-            building.union_words(first, &new);
+            if building.union_words(first, &new) {
+                // Not in Redis's copy of the generation being built: push it there.
+                let segment = first as u64 * 8 / self.cfg.segment_bytes;
+                self.ledger.mark_dirty(*building_generation, segment);
+            }
         }
         filter.union_words(first, pulled);
     }
@@ -183,12 +195,21 @@ impl Inner {
     /// Makes `generation` serve locally: Redis's bits (and, if this instance did not
     /// double-write it from the start, its serving bits) are merged into it first.
     pub(super) async fn switch_to(&self, generation: u64) -> Result<(), Error> {
-        let mut pulled = Vec::new();
-        let mut conn = self.conn.clone();
-        for key in self.segment_keys(generation) {
-            let bytes: Option<Vec<u8>> = redis::cmd("GET").arg(key).query_async(&mut conn).await?;
-            pulled.push(bytes.unwrap_or_default());
+        {
+            let mut state = lock(&self.state);
+            if state.generation >= generation {
+                return Ok(());
+            }
+            if state.building.as_ref().map(|b| b.generation) != Some(generation) {
+                state.building = None;
+                state.building = Some(self.start_build(generation, false, false)?);
+            }
         }
+        // Every segment of the new generation, into its local copy (inserts made meanwhile
+        // are double-written into it).
+        let mut report = crate::ReconcileReport::default();
+        self.sync_generation(generation, Pass::Everything, "", &mut report)
+            .await?;
         let carried = {
             let mut state = lock(&self.state);
             if state.generation >= generation {
@@ -197,8 +218,8 @@ impl Inner {
             let build = match state.building.take() {
                 Some(build) if build.generation == generation => build,
                 other => {
-                    drop(other);
-                    self.start_build(generation, false, false)?
+                    state.building = other;
+                    return Ok(()); // superseded meanwhile; the next pass follows
                 }
             };
             let next = build
@@ -208,32 +229,21 @@ impl Inner {
                 .ok_or(Error::ShapeChanged)?;
             if !build.in_time {
                 // Keys inserted here before we double-wrote may be missing from the source
-                // snapshot: carry every serving bit over (same shape, so OR is valid).
+                // snapshot: carry every serving bit over (same shape, so OR is valid), and
+                // push them by a full pass over the new generation.
                 let current = self.filter.current();
                 let current = current.as_plain().ok_or(Error::ShapeChanged)?;
                 next.union(current).map_err(|_| Error::ShapeChanged)?;
+                self.full_pass_owed.store(true, Relaxed);
             }
-            self.merge_segments(next, &pulled);
             let carried = !build.in_time;
             build.handle.finish();
             state.generation = generation;
+            self.ledger.retain(&[generation]);
             carried
         };
         self.counters.switches.fetch_add(1, Relaxed);
         tracing::info!(prefix = %self.prefix, generation, carried_over = carried, "switched to a new generation");
         Ok(())
-    }
-
-    pub(super) fn merge_segments(&self, filter: &BloomFilter, segments: &[Vec<u8>]) {
-        let words_per_segment = (self.cfg.segment_bytes / 8) as usize;
-        let total = filter.num_words();
-        for (s, bytes) in segments.iter().enumerate() {
-            let first = s * words_per_segment;
-            if first >= total {
-                break;
-            }
-            let words = protocol::bytes_to_words(bytes, words_per_segment.min(total - first));
-            filter.union_words(first, &words);
-        }
     }
 }

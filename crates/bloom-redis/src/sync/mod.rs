@@ -7,6 +7,8 @@
 //! * [`freshness`]: from the heartbeats, whether this instance's view may be missing inserts
 //!   made elsewhere, and what a would-be rejection does then ([`StalePolicy`](crate::StalePolicy)).
 //! * [`reconcile`]: the periodic two-way merge with Redis, and the refill after Redis lost data.
+//! * [`segments`]: per-segment versions and dirty marks, and moving segments: what keeps a
+//!   reconciliation's traffic proportional to what changed.
 //! * [`generations`]: which local filter bits of a generation go into; following a rebuild
 //!   run elsewhere; switching.
 //! * [`rebuild`]: running a rebuild: lock, acknowledgements, source, checks, switch.
@@ -16,12 +18,13 @@ mod generations;
 mod publisher;
 mod rebuild;
 mod reconcile;
+mod segments;
 mod subscriber;
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use std::future::Future;
 use std::pin::Pin;
@@ -30,10 +33,10 @@ use bloom_tower::SharedFilter;
 use bloom_tower::key::{AnyKey, KeyFor};
 use bloom_tower::key_source::{BoxError, KeySource};
 use bloom_tower::shared_filter::{ErasedKeySource, ExternalRebuild, Reloaded};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+use crate::conn::Conn;
 #[cfg(feature = "metrics")]
 use crate::names;
 use crate::protocol::{Keys, Shape};
@@ -41,6 +44,7 @@ use crate::{Error, Rebuilt, ReconcileReport, RedisStats, RedisSyncBuilder};
 use freshness::Freshness;
 use generations::Build;
 use publisher::Outbox;
+use segments::Ledger;
 
 /// Keeps a [`SharedFilter<K>`] in sync with the same filter on every other instance, through
 /// Redis. See the [crate docs](crate) for the design and its guarantees.
@@ -76,8 +80,18 @@ struct Inner {
     cfg: RedisSyncBuilder,
     /// Random per instance: tells our own messages apart, names us in the member set.
     id: u64,
+    /// For the subscription (on a cluster: to the node named by the URL; a message
+    /// published on any node reaches it).
     client: redis::Client,
-    conn: ConnectionManager,
+    conn: Conn,
+    /// The versions of the segments held here, and the dirty ones.
+    ledger: Ledger,
+    /// Set after a reconnection, a resubscription or a carry-over: the next pass compares
+    /// every segment's digest.
+    full_pass_owed: AtomicBool,
+    last_full_pass: Mutex<Option<Instant>>,
+    /// Redis's dataset id as last seen (see `scripts::Joined::incarnation`).
+    incarnation: Mutex<Option<String>>,
     /// The serving generation and the one being built.
     state: Mutex<State>,
     outbox: Outbox,
@@ -171,12 +185,8 @@ impl<K: ?Sized> RedisSync<K> {
         };
         drop(current);
         let client = redis::Client::open(&*cfg.url)?;
-        let manager = ConnectionManagerConfig::new()
-            .set_connection_timeout(cfg.response_timeout)
-            .set_response_timeout(cfg.response_timeout)
-            .set_number_of_retries(1)
-            .set_max_delay(200);
-        let conn = ConnectionManager::new_with_config(client.clone(), manager).await?;
+        let conn = Conn::open(&cfg).await?;
+        let segments = shape.num_bytes().div_ceil(cfg.segment_bytes);
         let prefix = cfg
             .prefix
             .clone()
@@ -192,6 +202,10 @@ impl<K: ?Sized> RedisSync<K> {
             id,
             client,
             conn,
+            ledger: Ledger::new(segments),
+            full_pass_owed: AtomicBool::new(false),
+            last_full_pass: Mutex::new(None),
+            incarnation: Mutex::new(None),
             state: Mutex::new(State {
                 generation: 0,
                 building: None,
@@ -336,7 +350,9 @@ impl<K: ?Sized> RedisSync<K> {
         Err(Error::NotPropagated { waited })
     }
 
-    /// Reconciles now (both directions), instead of waiting for the next interval.
+    /// Reconciles now (both directions), instead of waiting for the next interval: the
+    /// segments whose versions moved and those this instance dirtied (a full pass if one is
+    /// owed or due; see [`full_pass_now`](Self::full_pass_now)).
     ///
     /// ```no_run
     /// # async fn example(sync: bloom_redis::RedisSync<u64>) -> Result<(), Box<dyn std::error::Error>> {
@@ -345,6 +361,27 @@ impl<K: ?Sized> RedisSync<K> {
     /// # Ok(()) }
     /// ```
     pub async fn reconcile_now(&self) -> Result<ReconcileReport, Error> {
+        let result = self.inner.reconcile().await;
+        match &result {
+            Ok(report) => self.inner.reconciled(*report),
+            Err(error) => self.inner.reconcile_failed(error),
+        }
+        result
+    }
+
+    /// A full pass now: Redis hashes every segment and those whose digest differs from the
+    /// local copy's are pulled, and pushed where this instance holds bits Redis lacks —
+    /// including bits set in the filter while it was not synchronised (after
+    /// [`shutdown`](Self::shutdown), say), which the incremental passes do not look for.
+    ///
+    /// ```no_run
+    /// # async fn example(sync: bloom_redis::RedisSync<u64>) -> Result<(), Box<dyn std::error::Error>> {
+    /// let report = sync.full_pass_now().await?;
+    /// assert!(report.full);
+    /// # Ok(()) }
+    /// ```
+    pub async fn full_pass_now(&self) -> Result<ReconcileReport, Error> {
+        self.inner.full_pass_owed.store(true, Relaxed);
         let result = self.inner.reconcile().await;
         match &result {
             Ok(report) => self.inner.reconciled(*report),
@@ -564,12 +601,6 @@ impl Inner {
         self.shape.num_bytes().div_ceil(self.cfg.segment_bytes)
     }
 
-    fn segment_keys(&self, generation: u64) -> Vec<String> {
-        (0..self.segments())
-            .map(|s| self.keys.segment(generation, s))
-            .collect()
-    }
-
     fn ttl_ms(&self) -> u64 {
         self.cfg.lock_ttl.as_millis().max(1) as u64
     }
@@ -628,6 +659,9 @@ impl Inner {
         });
         let was = self.connected.swap(up, Relaxed);
         if was && !up {
+            // Whatever happened meanwhile (a restart, a failover, lost writes), the next pass
+            // compares every segment.
+            self.full_pass_owed.store(true, Relaxed);
             tracing::warn!(prefix = %self.prefix, "lost Redis: serving and inserting locally; bits set meanwhile are pushed on reconnection");
         } else if !was && up {
             tracing::info!(prefix = %self.prefix, "connected to Redis");

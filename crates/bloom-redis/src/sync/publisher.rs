@@ -11,7 +11,10 @@
 //! receivers to pull before trusting us again.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicU64,
+    Ordering::{AcqRel, Acquire, Relaxed, Release},
+};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -19,12 +22,13 @@ use bloom_core::BloomFilter;
 use tokio::sync::{Notify, watch};
 
 use super::{Inner, lock};
+use crate::Error;
 #[cfg(feature = "metrics")]
 use crate::names;
 use crate::protocol::{self, Kind, Shape};
 
 /// Bits kept for a retry while Redis does not answer (8 MiB); beyond, the queue is dropped
-/// and reconciliation pushes the whole filter instead.
+/// and reconciliation pushes the segments it touched instead.
 const MAX_QUEUED_BITS: usize = 1 << 20;
 
 /// Committed keys' digests kept while Redis does not answer; beyond, the oldest are dropped
@@ -112,7 +116,7 @@ impl Outbox {
     /// dropped before that push began (`needed`), heartbeats resume with a new epoch, and the
     /// inserts up to `upto` count as published.
     pub(super) fn pushed(&self, needed: bool, upto: u64) {
-        if needed && self.needs_push.swap(false, Relaxed) {
+        if needed && self.needs_push.swap(false, AcqRel) {
             self.epoch.fetch_add(1, Relaxed);
             self.published.send_if_modified(|done| {
                 let advanced = upto > *done;
@@ -124,7 +128,8 @@ impl Outbox {
 
     /// Whether a push is owed, and the newest insert it covers: read before a push begins.
     pub(super) fn push_owed(&self) -> (bool, u64) {
-        (self.needs_push.load(Relaxed), self.queued())
+        // Acquire: the dirty marks made before the flag was set are seen by the push.
+        (self.needs_push.load(Acquire), self.queued())
     }
 }
 
@@ -171,11 +176,9 @@ impl Inner {
         self.outbox.wake.notify_one();
     }
 
-    /// Writes queued bits to Redis (SETBIT), publishes them, then a heartbeat: at once when
-    /// woken, and a heartbeat alone every `heartbeat` otherwise.
+    /// Writes queued bits to Redis, publishes them, then a heartbeat: at once when woken, and
+    /// a heartbeat alone every `heartbeat` otherwise.
     pub(super) async fn publisher(self: Arc<Self>) {
-        let mut conn = self.conn.clone();
-        let channel = self.keys.channel();
         let mut failed: Option<Batch> = None;
         loop {
             tokio::select! {
@@ -184,42 +187,12 @@ impl Inner {
             }
             let mut batch = failed.take().unwrap_or_default();
             batch.append(std::mem::take(&mut lock(&self.outbox.queue).batch));
-            let heartbeat = !self.outbox.needs_push.load(Relaxed);
-            let mut pipe = redis::pipe();
-            for (&generation, bits) in &mut batch.bits {
-                bits.sort_unstable();
-                bits.dedup();
-                for &bit in bits.iter() {
-                    let (segment, offset) = protocol::redis_bit(bit, self.cfg.segment_bytes);
-                    pipe.cmd("SETBIT")
-                        .arg(self.keys.segment(generation, segment))
-                        .arg(offset)
-                        .arg(1)
-                        .ignore();
-                }
-                if self.cfg.pubsub {
-                    // After the SETBITs on the same connection: a receiver that pulls
-                    // Redis after this message finds the bits there.
-                    let message = protocol::encode(Kind::Bits, self.id, generation, bits);
-                    pipe.cmd("PUBLISH").arg(&channel).arg(message).ignore();
-                }
-            }
-            if self.cfg.pubsub {
-                if !batch.digests.is_empty() {
-                    let message = protocol::encode(Kind::Committed, self.id, 0, &batch.digests);
-                    pipe.cmd("PUBLISH").arg(&channel).arg(message).ignore();
-                }
-                if heartbeat {
-                    let epoch = self.outbox.epoch.load(Relaxed);
-                    let message = protocol::encode(Kind::Tick, self.id, 0, &[epoch]);
-                    pipe.cmd("PUBLISH").arg(&channel).arg(message).ignore();
-                }
-            }
+            let heartbeat = !self.outbox.needs_push.load(Acquire);
             if batch.bits.is_empty() && batch.digests.is_empty() && !(heartbeat && self.cfg.pubsub)
             {
                 continue;
             }
-            match pipe.query_async::<()>(&mut conn).await {
+            match self.publish_batch(&mut batch, heartbeat).await {
                 Ok(()) => {
                     if !batch.bits.is_empty() {
                         self.counters.published.fetch_add(1, Relaxed);
@@ -229,7 +202,7 @@ impl Inner {
                                 .record(oldest.elapsed());
                         }
                     }
-                    if !self.outbox.needs_push.load(Relaxed) {
+                    if !self.outbox.needs_push.load(Acquire) {
                         self.outbox.published.send_if_modified(|done| {
                             let advanced = batch.last_insert > *done;
                             *done = (*done).max(batch.last_insert);
@@ -245,9 +218,14 @@ impl Inner {
                     self.set_connected(false);
                     self.wake_reconcile.notify_one();
                     if batch.len > MAX_QUEUED_BITS {
-                        // The bits are in the local filter: the next reconciliation pushes
-                        // them all, after which heartbeats resume with a new epoch.
-                        self.outbox.needs_push.store(true, Relaxed);
+                        // The bits are in the local filter: their segments are marked dirty,
+                        // the next reconciliation pushes them, after which heartbeats resume
+                        // with a new epoch.
+                        for (&generation, bits) in &batch.bits {
+                            self.ledger
+                                .mark_bits_dirty(generation, bits, self.cfg.segment_bytes);
+                        }
+                        self.outbox.needs_push.store(true, Release);
                         batch.bits.clear();
                         batch.len = 0;
                         batch.oldest = None;
@@ -258,6 +236,90 @@ impl Inner {
                 }
             }
         }
+    }
+
+    /// Writes the batch's bits (one atomic block per group: the `SETBIT`s and the version
+    /// bumps), then publishes them with the versions they left, the commits and (if
+    /// `heartbeat`) a heartbeat, in that order on one node: a receiver of the heartbeat has
+    /// received everything before it, and finds the bits in Redis.
+    async fn publish_batch(&self, batch: &mut Batch, heartbeat: bool) -> Result<(), Error> {
+        let mut writes = Vec::new();
+        for (&generation, bits) in &mut batch.bits {
+            bits.sort_unstable();
+            bits.dedup();
+            let mut groups: BTreeMap<u64, BTreeMap<u64, Vec<u64>>> = BTreeMap::new();
+            for &bit in bits.iter() {
+                let (segment, offset) = protocol::redis_bit(bit, self.cfg.segment_bytes);
+                groups
+                    .entry(protocol::group_of(segment))
+                    .or_default()
+                    .entry(segment)
+                    .or_default()
+                    .push(offset);
+            }
+            for (group, segments) in groups {
+                writes.push((generation, group, segments));
+            }
+        }
+        let written = futures_util::future::try_join_all(writes.iter().map(
+            |(generation, group, segments)| async move {
+                let versions = self.keys.versions(*generation, *group);
+                let mut pipe = redis::pipe();
+                pipe.atomic();
+                for (&segment, offsets) in segments {
+                    let key = self.keys.segment(*generation, segment);
+                    for &offset in offsets {
+                        pipe.cmd("SETBIT").arg(&key).arg(offset).arg(1).ignore();
+                    }
+                    pipe.cmd("HINCRBY").arg(&versions).arg(segment).arg(1);
+                }
+                pipe.cmd("HINCRBY").arg(&versions).arg("all").arg(1);
+                let mut conn = self.conn.clone();
+                let mut after: Vec<u64> = pipe.query_async(&mut conn).await?;
+                let all = after.pop().unwrap_or(0);
+                let segments: Vec<(u64, u64)> = segments.keys().copied().zip(after).collect();
+                Ok::<_, Error>((*generation, (*group, all), segments))
+            },
+        ))
+        .await?;
+        // Per generation: the versions the writes left.
+        let mut messages: BTreeMap<u64, protocol::BitsMessage> = BTreeMap::new();
+        for (generation, group, segments) in written {
+            let message = messages.entry(generation).or_default();
+            message.groups.push(group);
+            message.segments.extend(segments);
+        }
+        if self.cfg.pubsub {
+            let channel = self.keys.channel();
+            let mut pipe = redis::pipe();
+            // A key in the `{prefix}` slot routes the whole pipeline, on a cluster, to one
+            // node: the messages then reach every subscriber in this order.
+            pipe.cmd("EXISTS").arg(self.keys.config()).ignore();
+            for (&generation, bits) in &batch.bits {
+                let message = messages.entry(generation).or_default();
+                message.bits.clone_from(bits);
+                let payload =
+                    protocol::encode(Kind::Bits, self.id, generation, &message.to_words());
+                pipe.cmd("PUBLISH").arg(&channel).arg(payload).ignore();
+            }
+            if !batch.digests.is_empty() {
+                let message = protocol::encode(Kind::Committed, self.id, 0, &batch.digests);
+                pipe.cmd("PUBLISH").arg(&channel).arg(message).ignore();
+            }
+            if heartbeat {
+                let epoch = self.outbox.epoch.load(Relaxed);
+                let message = protocol::encode(Kind::Tick, self.id, 0, &[epoch]);
+                pipe.cmd("PUBLISH").arg(&channel).arg(message).ignore();
+            }
+            let mut conn = self.conn.clone();
+            pipe.query_async::<()>(&mut conn).await?;
+        }
+        // What this instance holds of those segments moved with its own writes.
+        for (generation, message) in &messages {
+            self.ledger
+                .advance(*generation, &message.groups, &message.segments);
+        }
+        Ok(())
     }
 
     /// Tells the others this instance is leaving (best effort, bounded).

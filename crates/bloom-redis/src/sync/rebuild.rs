@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use bloom_tower::key_source::KeySource;
 use futures_util::StreamExt;
 
+use super::segments::Pass;
 use super::{Inner, lock, now_ms};
 use crate::protocol::{self, Kind};
 use crate::scripts::{self, Lock};
@@ -40,7 +41,7 @@ impl Inner {
         // The rebuild races its keeper: a keeper that finds the lock gone ends the rebuild
         // at once (another instance may own the next generation by now).
         let result = tokio::select! {
-            result = self.rebuild_locked(source, &token, force) => result,
+            result = self.rebuild_locked(source, &token, fence, force) => result,
             lost = self.keep_lock(&token) => Err(lost),
         };
         if result.is_err() {
@@ -92,14 +93,17 @@ impl Inner {
         }
     }
 
+    /// `token` holds the lock; `fence`, its number, fences the writes into the new
+    /// generation's groups.
     async fn rebuild_locked<S: KeySource + ?Sized>(
         &self,
         source: &S,
         token: &str,
+        fence: u64,
         force: bool,
     ) -> Result<Rebuilt, Error> {
         let mut conn = self.conn.clone();
-        let generation = self.begin(token).await?;
+        let generation = self.begin(token, fence).await?;
         self.wait_for_acks(generation).await?;
         let sealed: Lock = scripts::seal()
             .key(self.keys.lock())
@@ -143,28 +147,33 @@ impl Inner {
         // Upload (fenced), publish, switch.
         let _transition = self.transition.lock().await;
         let mut report = ReconcileReport::default();
-        self.sync_generation(generation, token, &mut report).await?;
+        self.sync_generation(
+            generation,
+            Pass::Everything,
+            &fence.to_string(),
+            &mut report,
+        )
+        .await?;
         let old = self.generation();
-        let switch = scripts::switch();
-        let mut invocation = switch.key(self.keys.lock());
-        invocation
+        let switched: Lock = scripts::switch()
+            .key(self.keys.lock())
             .key(self.keys.generation())
-            .key(self.keys.building());
-        for key in self.segment_keys(old) {
-            invocation.key(key);
-        }
-        let grace = self.liveness_ms().saturating_mul(10);
-        let switched: Lock = invocation
+            .key(self.keys.building())
             .arg(token)
             .arg(generation)
-            .arg(grace)
             .arg(self.keys.channel())
             .arg(protocol::encode(Kind::Switched, self.id, generation, &[]))
             .invoke_async(&mut conn)
             .await?;
-        drop(switch);
         if switched == Lock::Lost {
             return Err(Error::Fenced);
+        }
+        // The old generation serves no one once every instance switched: a grace period,
+        // then Redis drops it. Best effort: a failure leaves keys that expire on no one's
+        // watch, not a wrong answer.
+        let grace = self.liveness_ms().saturating_mul(10);
+        if let Err(error) = self.expire_groups(old, grace).await {
+            tracing::warn!(prefix = %self.prefix, old, %error, "could not set the old generation to expire");
         }
         self.switch_to(generation).await?;
         self.counters.rebuilds.fetch_add(1, Relaxed);
@@ -175,8 +184,9 @@ impl Inner {
         })
     }
 
-    /// Starts double-writing the next generation here and announces it (fenced).
-    async fn begin(&self, token: &str) -> Result<u64, Error> {
+    /// Empties the next generation's groups in Redis, starts double-writing it here, and
+    /// announces it (fenced).
+    async fn begin(&self, token: &str, fence: u64) -> Result<u64, Error> {
         let mut conn = self.conn.clone();
         let _transition = self.transition.lock().await;
         let remote: Option<u64> = redis::cmd("GET")
@@ -184,21 +194,18 @@ impl Inner {
             .query_async(&mut conn)
             .await?;
         let generation = remote.unwrap_or(0).max(self.generation()) + 1;
+        // Before the announcement: once announced, instances write into these groups.
+        self.reset_groups(generation, fence).await?;
         {
             let mut state = lock(&self.state);
             state.building = None; // any other is abandoned: we hold the lock
             state.building = Some(self.start_build(generation, true, true)?);
         }
-        let begin = scripts::begin();
-        let mut invocation = begin.key(self.keys.lock());
-        invocation
+        let begun: Lock = scripts::begin()
+            .key(self.keys.lock())
             .key(self.keys.building())
             .key(self.keys.acks(generation))
-            .key(self.keys.sealed(generation));
-        for key in self.segment_keys(generation) {
-            invocation.key(key);
-        }
-        let begun: Lock = invocation
+            .key(self.keys.sealed(generation))
             .arg(token)
             .arg(generation)
             .arg(self.ttl_ms())

@@ -1,6 +1,7 @@
 //! Reconciliation: every `reconcile_every` (and at once after a reconnection, a
 //! resubscription or an announcement), merge every local generation with Redis in both
-//! directions; and the refill after Redis lost data.
+//! directions — the segments that moved or were dirtied, or, in a full pass, every segment
+//! whose digest differs ([`segments`](super::segments)); and the refill after Redis lost data.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -8,11 +9,12 @@ use std::time::{Duration, Instant};
 
 use bloom_tower::key_source::KeySource;
 
+use super::segments::Pass;
 use super::{Inner, lock, now_ms};
 #[cfg(feature = "metrics")]
 use crate::names;
-use crate::protocol::{self, Shape};
-use crate::scripts::{self, Joined, Lock};
+use crate::protocol::Shape;
+use crate::scripts::{self, Joined};
 use crate::{Error, Rebuilt, ReconcileReport};
 
 impl Inner {
@@ -61,7 +63,8 @@ impl Inner {
     }
 
     /// One pass: heartbeat in the member set, parameter check, generation transitions, then
-    /// merge every local generation with Redis in both directions.
+    /// merge every local generation with Redis in both directions: a full pass (digests)
+    /// when one is owed or due, otherwise the segments whose versions moved.
     pub(super) async fn reconcile(&self) -> Result<ReconcileReport, Error> {
         let _transition = self.transition.lock().await;
         let started = Instant::now();
@@ -69,6 +72,24 @@ impl Inner {
         // this pass, what comes later is not.
         let pull_started = self.freshness.pull_started();
         let (push_owed, push_covers) = self.outbox.push_owed();
+        let full = self.full_pass_owed.swap(false, Relaxed)
+            || lock(&self.last_full_pass)
+                .is_none_or(|last| last.elapsed() >= self.cfg.full_pass_every);
+        let result = self.reconcile_pass(full).await;
+        match &result {
+            Ok(_) if full => *lock(&self.last_full_pass) = Some(started),
+            Ok(_) => {}
+            Err(_) if full => self.full_pass_owed.store(true, Relaxed),
+            Err(_) => {}
+        }
+        let mut report = result?;
+        self.freshness.pulled(pull_started);
+        self.outbox.pushed(push_owed, push_covers);
+        report.elapsed = started.elapsed();
+        Ok(report)
+    }
+
+    async fn reconcile_pass(&self, full: bool) -> Result<ReconcileReport, Error> {
         let mut conn = self.conn.clone();
         let now = now_ms();
         redis::pipe()
@@ -94,8 +115,25 @@ impl Inner {
             .arg(self.shape.layout.to_string())
             .arg(self.shape.seed_hex())
             .arg(local)
+            .arg(scripts::FORMAT)
+            .arg(format!("{:016x}", super::random_id()))
             .invoke_async(&mut conn)
             .await?;
+        if joined.format != scripts::FORMAT {
+            return Err(Error::ParameterMismatch {
+                prefix: self.prefix.clone(),
+                detail: format!(
+                    "the keys under this prefix are in another key layout ({}, this version \
+                     writes {}): give this version its own prefix",
+                    if joined.format.is_empty() {
+                        "unversioned"
+                    } else {
+                        &joined.format
+                    },
+                    scripts::FORMAT
+                ),
+            });
+        }
         if let Some(detail) = self.shape.mismatch(&joined.shape) {
             return Err(Error::ParameterMismatch {
                 prefix: self.prefix.clone(),
@@ -104,6 +142,20 @@ impl Inner {
         }
         if self.filter.current().as_plain().map(Shape::of) != Some(self.shape) {
             return Err(Error::ShapeChanged);
+        }
+        let mut full = full;
+        {
+            let mut incarnation = lock(&self.incarnation);
+            if incarnation.as_deref() != Some(joined.incarnation.as_str()) {
+                if incarnation.is_some() {
+                    // Restarted empty, or restored from a dump: versions seen here mean
+                    // nothing there any more.
+                    tracing::warn!(prefix = %self.prefix, "Redis's data was replaced (restart or restore): comparing every segment");
+                }
+                self.ledger.forget_versions();
+                *incarnation = Some(joined.incarnation.clone());
+                full = true;
+            }
         }
         let remote = joined.generation.unwrap_or(local);
         let local = self.generation();
@@ -124,75 +176,23 @@ impl Inner {
         }
         self.follow_building(joined.building, remote).await?;
 
-        let mut report = ReconcileReport::default();
+        let mut report = ReconcileReport {
+            full,
+            ..ReconcileReport::default()
+        };
         let generations: Vec<u64> = {
             let state = lock(&self.state);
             std::iter::once(state.generation)
                 .chain(state.building.as_ref().map(|b| b.generation))
                 .collect()
         };
+        self.ledger.retain(&generations);
+        let pass = if full { Pass::Digests } else { Pass::Changed };
         for generation in generations {
-            self.sync_generation(generation, "", &mut report).await?;
-        }
-        self.freshness.pulled(pull_started);
-        self.outbox.pushed(push_owed, push_covers);
-        report.elapsed = started.elapsed();
-        Ok(report)
-    }
-
-    /// Pulls every segment of `generation` into the local filter and pushes (BITOP OR) each
-    /// segment where the local filter has bits Redis lacks. `token` fences rebuild writes.
-    pub(super) async fn sync_generation(
-        &self,
-        generation: u64,
-        token: &str,
-        report: &mut ReconcileReport,
-    ) -> Result<(), Error> {
-        let mut conn = self.conn.clone();
-        let words_per_segment = (self.cfg.segment_bytes / 8) as usize;
-        for s in 0..self.segments() {
-            let key = self.keys.segment(generation, s);
-            let remote: Option<Vec<u8>> =
-                redis::cmd("GET").arg(&key).query_async(&mut conn).await?;
-            let remote = remote.unwrap_or_default();
-            report.bytes_pulled += remote.len() as u64;
-            let Some(filter) = self.filter_of(generation) else {
-                return Ok(()); // switched meanwhile
-            };
-            let filter = filter.as_plain().ok_or(Error::ShapeChanged)?;
-            let first = s as usize * words_per_segment;
-            let count = words_per_segment.min(filter.num_words() - first);
-            let remote_words = protocol::bytes_to_words(&remote, count);
-            self.absorb_pulled(generation, filter, first, &remote_words);
-            let local: Vec<u64> = filter.words().skip(first).take(count).collect();
-            let differs = local
-                .iter()
-                .enumerate()
-                .any(|(i, &w)| w != remote_words.get(i).copied().unwrap_or(0));
-            if !differs {
-                continue;
-            }
-            let mut bytes: Vec<u8> = local.iter().flat_map(|w| w.to_le_bytes()).collect();
-            while bytes.last() == Some(&0) {
-                bytes.pop();
-            }
-            let written: Lock = scripts::or_segment()
-                .key(&key)
-                .key(self.keys.scratch(self.id))
-                .key(self.keys.lock())
-                .key(self.keys.building())
-                .arg(token)
-                .arg(&bytes)
-                .arg(self.ttl_ms())
-                .invoke_async(&mut conn)
+            self.sync_generation(generation, pass, "", &mut report)
                 .await?;
-            if written == Lock::Lost {
-                return Err(Error::Fenced);
-            }
-            report.bytes_pushed += bytes.len() as u64;
-            report.segments_pushed += 1;
         }
-        Ok(())
+        Ok(report)
     }
 
     /// See [`RedisSync::refill_if_lost`](super::RedisSync::refill_if_lost).

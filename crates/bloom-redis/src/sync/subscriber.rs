@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 
 use super::Inner;
-use crate::protocol::{self, Kind};
+use crate::protocol::{self, BitsMessage, Kind};
 
 impl Inner {
     /// Receives the channel; reconnects forever. A subscription that stays silent for twice
@@ -17,6 +17,7 @@ impl Inner {
     pub(super) async fn subscriber(self: Arc<Self>) {
         let channel = self.keys.channel();
         let silence = self.cfg.stale_after * 2;
+        let mut first = true;
         loop {
             let connected =
                 tokio::time::timeout(self.cfg.response_timeout, self.client.get_async_pubsub())
@@ -27,7 +28,12 @@ impl Inner {
                         tokio::time::timeout(self.cfg.response_timeout, pubsub.subscribe(&channel))
                             .await;
                     if matches!(subscribed, Ok(Ok(()))) {
-                        // Anything published while we were not subscribed: pull it.
+                        // Anything published while we were not subscribed: pull it (after a
+                        // resubscription, by a full pass: the gap's writes may include ones
+                        // whose version bump was lost with a connection).
+                        if !std::mem::take(&mut first) {
+                            self.full_pass_owed.store(true, Relaxed);
+                        }
                         self.freshness.subscribed();
                         self.wake_reconcile.notify_one();
                         let mut messages = pubsub.on_message();
@@ -69,7 +75,15 @@ impl Inner {
             _ if mine => {}
             Kind::Bits => {
                 self.counters.received.fetch_add(1, Relaxed);
-                if !self.absorb_bits(message.generation, &message.words) {
+                let Some(bits) = BitsMessage::from_words(&message.words) else {
+                    tracing::warn!(prefix = %self.prefix, "ignored a malformed message on the channel");
+                    return;
+                };
+                if self.absorb_bits(message.generation, &bits.bits) {
+                    // Held here now: the segments it moved need no pull.
+                    self.ledger
+                        .advance(message.generation, &bits.groups, &bits.segments);
+                } else {
                     // A generation we do not know yet: find out now.
                     self.wake_reconcile.notify_one();
                 }

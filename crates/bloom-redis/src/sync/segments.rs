@@ -1,0 +1,554 @@
+//! Segments and their versions: what this instance last held of each segment of each
+//! generation ([`Ledger`]), which segments it dirtied locally, and moving segments between
+//! Redis and the local filter.
+//!
+//! Every write to a segment in Redis bumps the segment's version and its group's `all`
+//! counter in the same atomic step (a `MULTI` block or a script). So:
+//!
+//! * **Incremental pass** (every `reconcile_every`): one `HGET all` per group; a group whose
+//!   count moved gets its `HGETALL`; only segments whose version differs from the one held
+//!   here are pulled. Pushed: only segments this instance dirtied (bits it holds that no
+//!   successful write of its own put in Redis).
+//! * **Full pass** (every `full_pass_every`, at joining, after a reconnection, a
+//!   resubscription or a Redis restart): Redis hashes every segment (`redis.sha1hex`), and
+//!   every segment whose digest differs from the local one's is pulled, and pushed if the
+//!   local copy holds bits Redis lacks. It catches what versions cannot: a write whose bump
+//!   was lost, a local bit that never reached Redis.
+//!
+//! A version held here means "this instance holds every bit of that segment up to that
+//! version"; a received [`BitsMessage`](crate::protocol::BitsMessage) advances it only from
+//! the version just before (the message then carries the whole difference).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Mutex;
+
+use bloom_core::BloomFilter;
+use futures_util::{StreamExt, TryStreamExt};
+
+use super::{Inner, lock};
+use crate::protocol::{self, SEGMENTS_PER_GROUP, group_of};
+use crate::scripts::{self, Written};
+use crate::{Error, ReconcileReport};
+
+/// How much one digest script hashes at most, so that a full pass never blocks Redis for
+/// long: a few milliseconds per call.
+const DIGEST_BYTES_PER_CALL: u64 = 4 << 20;
+
+/// Groups worked on at once (each is one request; on a cluster, to its own shard).
+const GROUPS_IN_FLIGHT: usize = 16;
+
+/// What to compare with Redis in one pass over a generation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Pass {
+    /// Segments whose version moved, and the dirty ones.
+    Changed,
+    /// Segments whose digest differs (and the dirty ones).
+    Digests,
+    /// Every segment (a rebuild's upload).
+    Everything,
+}
+
+/// What this instance holds of each active generation.
+pub(super) struct Ledger {
+    segments: u64,
+    books: Mutex<HashMap<u64, Book>>,
+}
+
+struct Book {
+    /// Per segment: the version held here (0: none).
+    seen: Vec<u64>,
+    /// Per group: the `all` count held here (`None`: unknown).
+    groups: Vec<Option<u64>>,
+    /// Segments holding local bits no write of ours has put in Redis.
+    dirty: BTreeSet<u64>,
+}
+
+impl Ledger {
+    pub(super) fn new(segments: u64) -> Self {
+        Self {
+            segments,
+            books: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn groups(&self) -> u64 {
+        self.segments.div_ceil(SEGMENTS_PER_GROUP)
+    }
+
+    fn with_book<T>(&self, generation: u64, f: impl FnOnce(&mut Book) -> T) -> T {
+        let mut books = lock(&self.books);
+        let book = books.entry(generation).or_insert_with(|| Book {
+            seen: vec![0; self.segments as usize],
+            groups: vec![None; self.groups() as usize],
+            dirty: BTreeSet::new(),
+        });
+        f(book)
+    }
+
+    /// Marks the segments holding `bits` dirty in `generation`.
+    pub(super) fn mark_bits_dirty(&self, generation: u64, bits: &[u64], segment_bytes: u64) {
+        if bits.is_empty() {
+            return;
+        }
+        self.with_book(generation, |book| {
+            book.dirty
+                .extend(bits.iter().map(|&bit| bit / 8 / segment_bytes));
+        });
+    }
+
+    /// Marks segment `s` of `generation` dirty.
+    pub(super) fn mark_dirty(&self, generation: u64, s: u64) {
+        self.with_book(generation, |book| book.dirty.insert(s));
+    }
+
+    /// A write (ours, or one received on the channel with its bits) moved `groups` and
+    /// `segments` of `generation` to these versions: advance what is held here where it was
+    /// at the version just before. Books are not created for generations not yet followed.
+    pub(super) fn advance(&self, generation: u64, groups: &[(u64, u64)], segments: &[(u64, u64)]) {
+        let mut books = lock(&self.books);
+        let Some(book) = books.get_mut(&generation) else {
+            return;
+        };
+        for &(group, all) in groups {
+            if let Some(held) = book.groups.get_mut(group as usize)
+                && held.is_some_and(|h| h + 1 == all)
+            {
+                *held = Some(all);
+            }
+        }
+        for &(s, version) in segments {
+            if let Some(held) = book.seen.get_mut(s as usize)
+                && *held + 1 == version
+            {
+                *held = version;
+            }
+        }
+    }
+
+    /// Forgets every generation but `keep` (older ones are no longer synchronised).
+    pub(super) fn retain(&self, keep: &[u64]) {
+        lock(&self.books).retain(|g, _| keep.contains(g));
+    }
+
+    /// Forgets every version held (Redis lost or replaced its data): the dirty marks stay.
+    pub(super) fn forget_versions(&self) {
+        for book in lock(&self.books).values_mut() {
+            book.seen.fill(0);
+            book.groups.fill(None);
+        }
+    }
+
+    fn take_dirty(&self, generation: u64) -> BTreeSet<u64> {
+        self.with_book(generation, |book| std::mem::take(&mut book.dirty))
+    }
+
+    fn seen(&self, generation: u64, s: u64) -> u64 {
+        self.with_book(generation, |book| book.seen[s as usize])
+    }
+
+    fn set_seen(&self, generation: u64, s: u64, version: u64) {
+        self.with_book(generation, |book| book.seen[s as usize] = version);
+    }
+
+    fn group_held(&self, generation: u64, group: u64) -> Option<u64> {
+        self.with_book(generation, |book| book.groups[group as usize])
+    }
+
+    fn set_group(&self, generation: u64, group: u64, all: u64) {
+        self.with_book(generation, |book| book.groups[group as usize] = Some(all));
+    }
+}
+
+/// The segments of `group`.
+fn segments_of(group: u64, segments: u64) -> std::ops::Range<u64> {
+    group * SEGMENTS_PER_GROUP..((group + 1) * SEGMENTS_PER_GROUP).min(segments)
+}
+
+impl Inner {
+    /// Brings `generation`'s local copy and Redis's in line for the segments `pass` selects:
+    /// pulls them, ORs them in, pushes those where the local copy holds bits Redis lacks.
+    /// `token` (a rebuild's fencing number, or empty) fences the pushes.
+    pub(super) async fn sync_generation(
+        &self,
+        generation: u64,
+        pass: Pass,
+        token: &str,
+        report: &mut ReconcileReport,
+    ) -> Result<(), Error> {
+        let dirty = self.ledger.take_dirty(generation);
+        let result = self
+            .sync_selected(generation, pass, token, &dirty, report)
+            .await;
+        if result.is_err() {
+            // Not pushed: still owed.
+            for s in dirty {
+                self.ledger.mark_dirty(generation, s);
+            }
+        }
+        result
+    }
+
+    async fn sync_selected(
+        &self,
+        generation: u64,
+        pass: Pass,
+        token: &str,
+        dirty: &BTreeSet<u64>,
+        report: &mut ReconcileReport,
+    ) -> Result<(), Error> {
+        let segments = self.segments();
+        let groups = segments.div_ceil(SEGMENTS_PER_GROUP);
+        // Per group: the segments to move, and the `all` count to record once they are.
+        let mut selected: BTreeMap<u64, (BTreeSet<u64>, Option<u64>)> = BTreeMap::new();
+        for &s in dirty {
+            selected.entry(group_of(s)).or_default().0.insert(s);
+        }
+        match pass {
+            Pass::Everything => {
+                for group in 0..groups {
+                    selected
+                        .entry(group)
+                        .or_default()
+                        .0
+                        .extend(segments_of(group, segments));
+                }
+            }
+            Pass::Changed => {
+                for (group, all, moved) in self.moved_segments(generation, groups).await? {
+                    let entry = selected.entry(group).or_default();
+                    entry.0.extend(moved);
+                    entry.1 = Some(all);
+                }
+            }
+            Pass::Digests => {
+                for (group, all, differ) in self.differing_segments(generation, groups).await? {
+                    let entry = selected.entry(group).or_default();
+                    entry.0.extend(differ);
+                    entry.1 = Some(all);
+                }
+            }
+        }
+        let reports: Vec<ReconcileReport> = futures_util::stream::iter(selected)
+            .map(|(group, (segments, all))| async move {
+                let mut report = ReconcileReport::default();
+                self.move_segments(generation, &segments, token, &mut report)
+                    .await?;
+                if let Some(all) = all {
+                    self.ledger.set_group(generation, group, all);
+                }
+                Ok::<_, Error>(report)
+            })
+            .buffer_unordered(GROUPS_IN_FLIGHT)
+            .try_collect()
+            .await?;
+        for part in reports {
+            report.bytes_pulled += part.bytes_pulled;
+            report.bytes_pushed += part.bytes_pushed;
+            report.segments_pulled += part.segments_pulled;
+            report.segments_pushed += part.segments_pushed;
+        }
+        Ok(())
+    }
+
+    /// Per group whose `all` count differs from the one held: its count and the segments
+    /// whose versions differ from the held ones.
+    async fn moved_segments(
+        &self,
+        generation: u64,
+        groups: u64,
+    ) -> Result<Vec<(u64, u64, Vec<u64>)>, Error> {
+        let segments = self.segments();
+        futures_util::stream::iter(0..groups)
+            .map(|group| async move {
+                let mut conn = self.conn.clone();
+                let key = self.keys.versions(generation, group);
+                let all: Option<u64> = redis::cmd("HGET")
+                    .arg(&key)
+                    .arg("all")
+                    .query_async(&mut conn)
+                    .await?;
+                let all = all.unwrap_or(0);
+                if self.ledger.group_held(generation, group) == Some(all) {
+                    return Ok(None);
+                }
+                let versions: HashMap<String, u64> = redis::cmd("HGETALL")
+                    .arg(&key)
+                    .query_async(&mut conn)
+                    .await?;
+                let all = versions.get("all").copied().unwrap_or(0);
+                let moved = segments_of(group, segments)
+                    .filter(|s| {
+                        let version = versions.get(&s.to_string()).copied().unwrap_or(0);
+                        version != self.ledger.seen(generation, *s)
+                    })
+                    .collect();
+                Ok::<_, Error>(Some((group, all, moved)))
+            })
+            .buffer_unordered(GROUPS_IN_FLIGHT)
+            .try_filter_map(|found| async move { Ok(found) })
+            .try_collect()
+            .await
+    }
+
+    /// Per group: its `all` count (read before any of its segments) and the segments whose
+    /// digest in Redis differs from the local copy's. Segments that match are recorded at
+    /// the version read with their digest.
+    async fn differing_segments(
+        &self,
+        generation: u64,
+        groups: u64,
+    ) -> Result<Vec<(u64, u64, Vec<u64>)>, Error> {
+        let segments = self.segments();
+        let per_call = (DIGEST_BYTES_PER_CALL / self.cfg.segment_bytes).max(1);
+        futures_util::stream::iter(0..groups)
+            .map(|group| async move {
+                let mut conn = self.conn.clone();
+                let versions = self.keys.versions(generation, group);
+                let all: Option<u64> = redis::cmd("HGET")
+                    .arg(&versions)
+                    .arg("all")
+                    .query_async(&mut conn)
+                    .await?;
+                let mut differ = Vec::new();
+                let range: Vec<u64> = segments_of(group, segments).collect();
+                for chunk in range.chunks(per_call as usize) {
+                    let script = scripts::digests();
+                    let mut invocation = script.key(&versions);
+                    for &s in chunk {
+                        invocation.key(self.keys.segment(generation, s));
+                    }
+                    for &s in chunk {
+                        invocation.arg(s);
+                    }
+                    let reply: Vec<String> = invocation.invoke_async(&mut conn).await?;
+                    for (&s, pair) in chunk.iter().zip(reply.chunks_exact(2)) {
+                        let version: u64 = pair[0].parse().unwrap_or(0);
+                        if self.local_digest(generation, s).as_deref() == Some(pair[1].as_str()) {
+                            self.ledger.set_seen(generation, s, version);
+                        } else {
+                            differ.push(s);
+                        }
+                    }
+                }
+                Ok::<_, Error>((group, all.unwrap_or(0), differ))
+            })
+            .buffer_unordered(GROUPS_IN_FLIGHT)
+            .try_collect()
+            .await
+    }
+
+    /// The SHA-1 (hex) of segment `s` of the local copy of `generation`, without trailing
+    /// zero bytes: what `redis.sha1hex` gives for the same bits.
+    fn local_digest(&self, generation: u64, s: u64) -> Option<String> {
+        let filter = self.filter_of(generation)?;
+        let filter = filter.as_plain()?;
+        let bytes = segment_bytes_of(filter, s, self.cfg.segment_bytes);
+        Some(sha1_smol::Sha1::from(&bytes).digest().to_string())
+    }
+
+    /// Pulls `segments` (one group's) of `generation` with their versions, read together,
+    /// ORs them into the local copy, and pushes back each one where the local copy holds
+    /// bits Redis lacks.
+    async fn move_segments(
+        &self,
+        generation: u64,
+        segments: &BTreeSet<u64>,
+        token: &str,
+        report: &mut ReconcileReport,
+    ) -> Result<(), Error> {
+        let Some(&first) = segments.first() else {
+            return Ok(());
+        };
+        let group = group_of(first);
+        let versions_key = self.keys.versions(generation, group);
+        let mut conn = self.conn.clone();
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for &s in segments {
+            pipe.cmd("HGET").arg(&versions_key).arg(s);
+            pipe.cmd("GET").arg(self.keys.segment(generation, s));
+        }
+        let replies: Vec<(Option<u64>, Option<Vec<u8>>)> = {
+            let flat: Vec<redis::Value> = pipe.query_async(&mut conn).await?;
+            flat.chunks_exact(2)
+                .map(|pair| {
+                    Ok((
+                        redis::from_redis_value(&pair[0])?,
+                        redis::from_redis_value(&pair[1])?,
+                    ))
+                })
+                .collect::<redis::RedisResult<_>>()?
+        };
+        let words_per_segment = (self.cfg.segment_bytes / 8) as usize;
+        for (&s, (version, remote)) in segments.iter().zip(replies) {
+            let version = version.unwrap_or(0);
+            let remote = remote.unwrap_or_default();
+            report.bytes_pulled += remote.len() as u64;
+            report.segments_pulled += 1;
+            let Some(filter) = self.filter_of(generation) else {
+                return Ok(()); // switched meanwhile
+            };
+            let filter = filter.as_plain().ok_or(Error::ShapeChanged)?;
+            let first = s as usize * words_per_segment;
+            let count = words_per_segment.min(filter.num_words() - first);
+            let remote_words = protocol::bytes_to_words(&remote, count);
+            self.absorb_pulled(generation, filter, first, &remote_words);
+            let local = segment_bytes_of(filter, s, self.cfg.segment_bytes);
+            let remote_trimmed = {
+                let mut end = remote.len();
+                while end > 0 && remote[end - 1] == 0 {
+                    end -= 1;
+                }
+                &remote[..end]
+            };
+            if local == remote_trimmed {
+                self.ledger.set_seen(generation, s, version);
+                continue;
+            }
+            let written: Written = scripts::or_segment()
+                .key(self.keys.segment(generation, s))
+                .key(self.keys.scratch(generation, group, self.id))
+                .key(&versions_key)
+                .key(self.keys.group_fence(generation, group))
+                .arg(token)
+                .arg(&local)
+                .arg(s)
+                .invoke_async(&mut conn)
+                .await?;
+            let Written::At(after) = written else {
+                return Err(Error::Fenced);
+            };
+            // Nobody else wrote in between: what Redis holds now is what we hold.
+            self.ledger.set_seen(
+                generation,
+                s,
+                if after == version + 1 { after } else { version },
+            );
+            report.bytes_pushed += local.len() as u64;
+            report.segments_pushed += 1;
+        }
+        Ok(())
+    }
+
+    /// Empties `generation`'s groups in Redis for a rebuild holding fencing number `fence`
+    /// (before it is announced, so no instance's double-writes are deleted).
+    pub(super) async fn reset_groups(&self, generation: u64, fence: u64) -> Result<(), Error> {
+        let segments = self.segments();
+        let groups = segments.div_ceil(SEGMENTS_PER_GROUP);
+        futures_util::stream::iter(0..groups)
+            .map(|group| async move {
+                let mut conn = self.conn.clone();
+                let script = scripts::reset_group();
+                let mut invocation = script.key(self.keys.group_fence(generation, group));
+                invocation.key(self.keys.versions(generation, group));
+                for s in segments_of(group, segments) {
+                    invocation.key(self.keys.segment(generation, s));
+                }
+                invocation.arg(fence);
+                for s in segments_of(group, segments) {
+                    invocation.arg(s);
+                }
+                match invocation.invoke_async(&mut conn).await? {
+                    scripts::Lock::Held => Ok(()),
+                    scripts::Lock::Lost => Err(Error::Fenced),
+                }
+            })
+            .buffer_unordered(GROUPS_IN_FLIGHT)
+            .try_collect::<Vec<()>>()
+            .await?;
+        Ok(())
+    }
+
+    /// Lets `generation`'s keys in Redis expire after `grace_ms` (it no longer serves).
+    pub(super) async fn expire_groups(&self, generation: u64, grace_ms: u64) -> Result<(), Error> {
+        let segments = self.segments();
+        let groups = segments.div_ceil(SEGMENTS_PER_GROUP);
+        futures_util::stream::iter(0..groups)
+            .map(|group| async move {
+                let mut conn = self.conn.clone();
+                let mut pipe = redis::pipe();
+                for key in segments_of(group, segments)
+                    .map(|s| self.keys.segment(generation, s))
+                    .chain([
+                        self.keys.versions(generation, group),
+                        self.keys.group_fence(generation, group),
+                    ])
+                {
+                    pipe.cmd("PEXPIRE").arg(key).arg(grace_ms).ignore();
+                }
+                pipe.query_async::<()>(&mut conn).await?;
+                Ok::<_, Error>(())
+            })
+            .buffer_unordered(GROUPS_IN_FLIGHT)
+            .try_collect::<Vec<()>>()
+            .await?;
+        Ok(())
+    }
+}
+
+/// Segment `s` of `filter` as stored in Redis: its words' little-endian bytes, without
+/// trailing zero bytes.
+pub(super) fn segment_bytes_of(filter: &BloomFilter, s: u64, segment_bytes: u64) -> Vec<u8> {
+    let words_per_segment = (segment_bytes / 8) as usize;
+    let first = s as usize * words_per_segment;
+    let mut bytes: Vec<u8> = filter
+        .words_in(first..first + words_per_segment)
+        .flat_map(u64::to_le_bytes)
+        .collect();
+    while bytes.last() == Some(&0) {
+        bytes.pop();
+    }
+    bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_received_write_advances_only_from_the_version_just_before() {
+        let ledger = Ledger::new(130); // three groups
+        ledger.set_group(1, 0, 4);
+        ledger.set_seen(1, 5, 2);
+        // The write right after what is held: held now.
+        ledger.advance(1, &[(0, 5)], &[(5, 3)]);
+        assert_eq!(ledger.group_held(1, 0), Some(5));
+        assert_eq!(ledger.seen(1, 5), 3);
+        // One missed in between (version 4 never arrived): nothing moves, the pass pulls.
+        ledger.advance(1, &[(0, 7)], &[(5, 5)]);
+        assert_eq!(ledger.group_held(1, 0), Some(5));
+        assert_eq!(ledger.seen(1, 5), 3);
+        // An unknown group stays unknown; a generation not followed gets no book.
+        ledger.advance(1, &[(2, 1)], &[]);
+        assert_eq!(ledger.group_held(1, 2), None);
+        ledger.advance(9, &[(0, 1)], &[(0, 1)]);
+        assert!(!lock(&ledger.books).contains_key(&9));
+    }
+
+    #[test]
+    fn dirty_marks_are_taken_once_and_survive_forgetting_versions() {
+        let ledger = Ledger::new(8);
+        // Segments of 16 bytes: bits 0 and 200 are in segments 0 and 1.
+        ledger.mark_bits_dirty(1, &[0, 200], 16);
+        ledger.set_seen(1, 0, 3);
+        ledger.forget_versions();
+        assert_eq!(ledger.seen(1, 0), 0);
+        assert_eq!(ledger.take_dirty(1), BTreeSet::from([0, 1]));
+        assert!(ledger.take_dirty(1).is_empty());
+    }
+
+    #[test]
+    fn local_segments_are_stored_without_trailing_zeros() {
+        let filter = BloomFilter::builder()
+            .bits(1024)
+            .hashes(1)
+            .layout(bloom_core::Layout::Classic)
+            .build()
+            .unwrap();
+        filter.union_words(2, &[0x0102]);
+        // Segments of 16 bytes (2 words): word 2 is the first of segment 1.
+        assert_eq!(segment_bytes_of(&filter, 1, 16), vec![0x02, 0x01]);
+        assert!(segment_bytes_of(&filter, 0, 16).is_empty());
+        assert!(segment_bytes_of(&filter, 99, 16).is_empty());
+    }
+}
