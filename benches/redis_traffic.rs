@@ -9,15 +9,14 @@
 //!    this process used (utime + stime from `/proc/self/stat`) per instance, as % of a core;
 //! 2. 10,000 inserts on instance 1: from the first insert until the other two hold every key,
 //!    plus one reconcile interval and 1 s (the reconciliations they trigger); raw, and net of
-//!    the idle rate over the same period;
+//!    the idle rate over the same period; and what one pass pulls on a fourth instance that
+//!    missed them (pub/sub off): the segments they touched;
 //! 3. a Redis outage (SIGSTOP for `OUTAGE_SECS`) during which 100,000 keys are inserted,
 //!    spread over the three instances: time from SIGCONT until every instance holds all of
 //!    them (raw filters polled every 50 ms), and the bytes from SIGCONT until then;
-//! 4. one `reconcile_now` on an idle instance (median of 5), and each instance's last
-//!    reconciliation report.
-//!
-//! Only the public API (`RedisSync::builder(..).connect`, `stats`, `reconcile_now`, `leave`),
-//! so the same bench measures any implementation of the sync behind it.
+//! 4. one `reconcile_now` on an idle instance (median of 5);
+//! 5. one `full_pass_now` (Redis hashes every segment) on an idle instance (median of 3), with
+//!    redis-server's CPU time per pass; and each instance's last reconciliation report.
 //!
 //! Needs `redis-server` on the PATH (started here on a free port, no persistence); without it
 //! the bench prints a loud SKIPPED line and exits. Takes about 3 minutes with the defaults;
@@ -288,6 +287,22 @@ fn main() {
     );
     let idle_rate = |traffic: u64, period: f64| traffic as f64 / window * period;
 
+    // A fourth instance that hears nothing (pub/sub off, no periodic pass): after the burst,
+    // its one pass shows what a pass that missed the inserts pulls.
+    let deaf = rt.block_on(async {
+        let shared = SharedFilter::<u64>::builder()
+            .name("deaf")
+            .build(filter(keys));
+        let mut builder = RedisSync::builder(&url)
+            .prefix(PREFIX)
+            .pubsub(false)
+            .reconcile_every(Duration::from_secs(3600));
+        if let Some(bytes) = segment_bytes {
+            builder = builder.segment_bytes(bytes);
+        }
+        builder.connect(&shared).await.unwrap()
+    });
+
     // 2. 10,000 inserts on instance 1.
     let burst: Vec<u64> = (BURST_FROM..BURST_FROM + BURST).collect();
     let before = Traffic::read(&mut info);
@@ -315,6 +330,18 @@ fn main() {
         fleet(traffic.output as f64 - idle_rate(idle_traffic.output, period)),
         fleet(traffic.input as f64 - idle_rate(idle_traffic.input, period)),
     );
+
+    let missed = rt.block_on(deaf.reconcile_now()).unwrap();
+    let segments = size.div_ceil(segment_bytes.unwrap_or(64 << 10) as usize);
+    println!(
+        "| a pass that missed those {BURST} inserts (pub/sub off) | pulled {} ({} of {segments} \
+         segments) | pushed {} | {:.2?} |",
+        human(missed.bytes_pulled as f64),
+        missed.segments_pulled,
+        human(missed.bytes_pushed as f64),
+        missed.elapsed,
+    );
+    rt.block_on(deaf.leave());
 
     // 3. Convergence after an outage. Redis's counters stand still while it is stopped, so
     // those read just before SIGSTOP are those at SIGCONT.
@@ -372,6 +399,29 @@ fn main() {
         median.elapsed,
         human(traffic.output as f64 / 5.0),
         human(traffic.input as f64 / 5.0),
+    );
+
+    // 5. Full passes (digests) on an idle instance: Redis hashes every segment.
+    let before = Traffic::read(&mut info);
+    let redis_cpu_before = cpu_seconds(&redis_pid, ticks);
+    let mut fulls: Vec<_> = rt.block_on(async {
+        let mut reports = Vec::new();
+        for _ in 0..3 {
+            reports.push(syncs[2].full_pass_now().await.unwrap());
+        }
+        reports
+    });
+    let redis_cpu = (cpu_seconds(&redis_pid, ticks) - redis_cpu_before) / 3.0;
+    let traffic = Traffic::read(&mut info).since(before);
+    fulls.sort_by_key(|r| r.elapsed);
+    println!(
+        "| full_pass_now on idle instance 3, median of 3 | pulled {} | pushed {} | {:.2?}; \
+         redis-server CPU {redis_cpu:.2} s per pass; Redis counted {} out, {} in per pass |",
+        human(fulls[1].bytes_pulled as f64),
+        human(fulls[1].bytes_pushed as f64),
+        fulls[1].elapsed,
+        human(traffic.output as f64 / 3.0),
+        human(traffic.input as f64 / 3.0),
     );
 
     println!();

@@ -124,6 +124,28 @@ impl FromRedisValue for Written {
     }
 }
 
+/// Sets bits in one group's segments and bumps their versions, atomically: for each segment
+/// KEYS[i + 1] (number ARGV[2i - 1]), `SETBIT` at every offset packed in ARGV[2i] (4 bytes
+/// each, little-endian: 4 bytes a bit instead of a whole command), then `HINCRBY` its
+/// version in hash KEYS[1]; last the group's `all`. Returns the new versions, then `all`.
+pub(crate) fn set_bits() -> Script {
+    Script::new(
+        r"
+local out = {}
+for i = 1, #KEYS - 1 do
+  local key, packed = KEYS[i + 1], ARGV[2 * i]
+  for j = 1, #packed, 4 do
+    local a, b, c, d = string.byte(packed, j, j + 3)
+    redis.call('SETBIT', key, a + b * 256 + c * 65536 + d * 16777216, 1)
+  end
+  out[i] = redis.call('HINCRBY', KEYS[1], ARGV[2 * i - 1], 1)
+end
+out[#out + 1] = redis.call('HINCRBY', KEYS[1], 'all', 1)
+return out
+",
+    )
+}
+
 /// ORs ARGV[2] into segment KEYS[1] through scratch KEYS[2] and bumps its version (field
 /// ARGV[3] of version hash KEYS[3], and the group's `all`); with a rebuild's fencing number
 /// ARGV[1] (not empty) only while the group's fence KEYS[4] still holds it. Returns

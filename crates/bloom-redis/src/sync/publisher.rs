@@ -26,6 +26,7 @@ use crate::Error;
 #[cfg(feature = "metrics")]
 use crate::names;
 use crate::protocol::{self, Kind, Shape};
+use crate::scripts;
 
 /// Bits kept for a retry while Redis does not answer (8 MiB); beyond, the queue is dropped
 /// and reconciliation pushes the segments it touched instead.
@@ -238,7 +239,7 @@ impl Inner {
         }
     }
 
-    /// Writes the batch's bits (one atomic block per group: the `SETBIT`s and the version
+    /// Writes the batch's bits (one atomic script per group: the bits and the version
     /// bumps), then publishes them with the versions they left, the commits and (if
     /// `heartbeat`) a heartbeat, in that order on one node: a receiver of the heartbeat has
     /// received everything before it, and finds the bits in Redis.
@@ -263,19 +264,21 @@ impl Inner {
         }
         let written = futures_util::future::try_join_all(writes.iter().map(
             |(generation, group, segments)| async move {
-                let versions = self.keys.versions(*generation, *group);
-                let mut pipe = redis::pipe();
-                pipe.atomic();
-                for (&segment, offsets) in segments {
-                    let key = self.keys.segment(*generation, segment);
-                    for &offset in offsets {
-                        pipe.cmd("SETBIT").arg(&key).arg(offset).arg(1).ignore();
-                    }
-                    pipe.cmd("HINCRBY").arg(&versions).arg(segment).arg(1);
+                let script = scripts::set_bits();
+                let mut invocation = script.key(self.keys.versions(*generation, *group));
+                for &segment in segments.keys() {
+                    invocation.key(self.keys.segment(*generation, segment));
                 }
-                pipe.cmd("HINCRBY").arg(&versions).arg("all").arg(1);
+                for (&segment, offsets) in segments {
+                    // Offsets in a segment fit 32 bits (a segment is at most 512 MiB).
+                    let packed: Vec<u8> = offsets
+                        .iter()
+                        .flat_map(|&offset| (offset as u32).to_le_bytes())
+                        .collect();
+                    invocation.arg(segment).arg(packed);
+                }
                 let mut conn = self.conn.clone();
-                let mut after: Vec<u64> = pipe.query_async(&mut conn).await?;
+                let mut after: Vec<u64> = invocation.invoke_async(&mut conn).await?;
                 let all = after.pop().unwrap_or(0);
                 let segments: Vec<(u64, u64)> = segments.keys().copied().zip(after).collect();
                 Ok::<_, Error>((*generation, (*group, all), segments))
