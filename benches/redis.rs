@@ -31,10 +31,15 @@ fn filter(items: u64) -> BloomFilter {
 }
 
 /// Redis's SETBIT/GETBIT offset of our bit `bit` (words stored as little-endian bytes; Redis
-/// numbers bits from the top of each byte), in the one segment used here.
+/// numbers bits from the top of each byte), in the one segment used here
+/// ([`ONE_SEGMENT`]).
 fn redis_offset(bit: u64) -> u64 {
     (bit / 8) * 8 + (7 - bit % 8)
 }
+
+/// Segments of 64 MiB: the 1M-key filter is one Redis string, read as one bitmap by the
+/// "Redis bitmap" rows.
+const ONE_SEGMENT: u64 = 64 << 20;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
@@ -62,6 +67,7 @@ fn main() {
                     .build(filter(1_000_000));
                 RedisSync::builder(&url)
                     .prefix("bench-check")
+                    .segment_bytes(ONE_SEGMENT)
                     .reconcile_every(Duration::from_secs(600))
                     .connect(&shared)
                     .await
@@ -75,7 +81,7 @@ fn main() {
         a.filter().insert(key);
     }
     std::thread::sleep(Duration::from_millis(500));
-    let segment = "{bench-check}:g1:seg0";
+    let segment = "{bench-check:g1:0}:seg0";
     let client = redis::Client::open(url.as_str()).unwrap();
     let conn = rt
         .block_on(client.get_multiplexed_async_connection())
@@ -174,6 +180,7 @@ fn main() {
             .build(filter(1_000_000));
         RedisSync::builder(&url)
             .prefix("bench-check")
+            .segment_bytes(ONE_SEGMENT)
             .reconcile_every(Duration::from_secs(600))
             .connect(&shared)
             .await

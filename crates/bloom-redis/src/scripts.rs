@@ -54,6 +54,8 @@ pub(crate) struct Joined {
     /// Random, set with the config: another value means Redis lost its data (or another
     /// dataset answers) since this instance last looked.
     pub(crate) incarnation: String,
+    /// The segment size every instance must use (bits are found by it).
+    pub(crate) segment_bytes: String,
 }
 
 /// The key layout written by this version (segments grouped under per-group hash tags, with
@@ -72,8 +74,9 @@ impl FromRedisValue for Joined {
             building,
             format,
             incarnation,
-        ]: [String; 8] = values.try_into().map_err(|_| {
-            redis::RedisError::from((redis::ErrorKind::TypeError, "join: 8 fields expected"))
+            segment_bytes,
+        ]: [String; 9] = values.try_into().map_err(|_| {
+            redis::RedisError::from((redis::ErrorKind::TypeError, "join: 9 fields expected"))
         })?;
         Ok(Self {
             shape: StoredShape {
@@ -86,25 +89,27 @@ impl FromRedisValue for Joined {
             building: building.parse().ok(),
             format,
             incarnation,
+            segment_bytes,
         })
     }
 }
 
 /// Creates the config and generation if absent (first instance, or Redis restarted empty),
-/// then returns `[m, k, layout, seed, generation, building, format, incarnation]`
+/// then returns `[m, k, layout, seed, generation, building, format, incarnation, segment]`
 /// ([`Joined`]). KEYS: config, gen, building. ARGV: m, k, layout, seed, our generation,
-/// format, a fresh incarnation.
+/// format, a fresh incarnation, segment bytes.
 pub(crate) fn join() -> Script {
     Script::new(
         r"
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('HSET', KEYS[1], 'm', ARGV[1], 'k', ARGV[2], 'layout', ARGV[3], 'seed', ARGV[4],
-    'format', ARGV[6], 'incarnation', ARGV[7])
+    'format', ARGV[6], 'incarnation', ARGV[7], 'segment', ARGV[8])
 end
 redis.call('SET', KEYS[2], ARGV[5], 'NX')
-local c = redis.call('HMGET', KEYS[1], 'm', 'k', 'layout', 'seed', 'format', 'incarnation')
+local c = redis.call('HMGET', KEYS[1], 'm', 'k', 'layout', 'seed', 'format', 'incarnation',
+  'segment')
 return {c[1], c[2], c[3], c[4], redis.call('GET', KEYS[2]), redis.call('GET', KEYS[3]) or '',
-  c[5] or '', c[6] or ''}
+  c[5] or '', c[6] or '', c[7] or ''}
 ",
     )
 }

@@ -396,6 +396,18 @@ async fn different_parameters_refuse_to_join() {
         .unwrap_err()
         .to_string();
     assert!(d.contains("number of bits m differs"), "{d}");
+    // Bits are found by the segment size: it must agree too.
+    let e = RedisSync::builder(&url)
+        .prefix("params")
+        .segment_bytes(1 << 10)
+        .connect(&filter(BITS, 7, SEED))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("segment_bytes differs (this instance 1024, Redis 65536)"),
+        "{e}"
+    );
     // Another prefix is another filter.
     RedisSync::builder(&url)
         .prefix("params-2")

@@ -202,7 +202,8 @@ impl Freshness {
         self.now()
     }
 
-    /// A pull that began at `started` read every segment: what was owed before it is paid.
+    /// A pass that began at `started` succeeded (it pulled every segment that moved, and a
+    /// full pass every one that differed): what was owed before it is paid.
     pub(super) fn pulled(&self, started: u64) {
         let now = self.now();
         let mut view = lock(&self.view);

@@ -117,6 +117,7 @@ impl Inner {
             .arg(local)
             .arg(scripts::FORMAT)
             .arg(format!("{:016x}", super::random_id()))
+            .arg(self.cfg.segment_bytes)
             .invoke_async(&mut conn)
             .await?;
         if joined.format != scripts::FORMAT {
@@ -131,6 +132,15 @@ impl Inner {
                         &joined.format
                     },
                     scripts::FORMAT
+                ),
+            });
+        }
+        if joined.segment_bytes != self.cfg.segment_bytes.to_string() {
+            return Err(Error::ParameterMismatch {
+                prefix: self.prefix.clone(),
+                detail: format!(
+                    "segment_bytes differs (this instance {}, Redis {})",
+                    self.cfg.segment_bytes, joined.segment_bytes
                 ),
             });
         }
