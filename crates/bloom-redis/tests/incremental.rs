@@ -197,3 +197,30 @@ async fn joining_from_a_snapshot_pulls_only_the_segments_that_differ() {
     let report = empty.stats().last_reconcile.unwrap();
     assert_eq!(report.segments_pulled, segments, "{report:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pass_that_missed_a_write_pulls_only_the_segment_it_touched() {
+    let Some(server) = common::start() else {
+        return;
+    };
+    let url = server.url();
+    let a = join(&url, "missed").await;
+    for key in keys("before", 5_000) {
+        a.filter().insert(&key);
+    }
+    a.propagated().await.unwrap();
+    // Hears nothing: every write reaches it through its passes only.
+    let deaf = join_with(&url, "missed", bloom(), |b| b.pubsub(false)).await;
+    let key = "one-more".to_owned();
+    a.filter().insert(&key);
+    a.propagated().await.unwrap();
+    let report = deaf.reconcile_now().await.unwrap();
+    // Blocked layout: the key's bits are in one segment; the other 31 of its group did not move.
+    assert_eq!(
+        (report.segments_pulled, report.bytes_pushed),
+        (1, 0),
+        "{report:?}"
+    );
+    assert!(report.bytes_pulled <= SEGMENT, "{report:?}");
+    assert!(deaf.filter().current().contains(&key));
+}

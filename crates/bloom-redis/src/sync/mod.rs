@@ -218,7 +218,7 @@ impl<K: ?Sized> RedisSync<K> {
             last_reconcile: Mutex::new(None),
         });
         // The first pass adopts Redis's generation and merges both ways.
-        let report = inner.reconcile().await?;
+        let report = inner.reconcile(false).await?;
         inner.reconciled(report);
         inner.install_hooks();
         let mut tasks = vec![
@@ -361,7 +361,7 @@ impl<K: ?Sized> RedisSync<K> {
     /// # Ok(()) }
     /// ```
     pub async fn reconcile_now(&self) -> Result<ReconcileReport, Error> {
-        let result = self.inner.reconcile().await;
+        let result = self.inner.reconcile(false).await;
         match &result {
             Ok(report) => self.inner.reconciled(*report),
             Err(error) => self.inner.reconcile_failed(error),
@@ -382,7 +382,7 @@ impl<K: ?Sized> RedisSync<K> {
     /// ```
     pub async fn full_pass_now(&self) -> Result<ReconcileReport, Error> {
         self.inner.full_pass_owed.store(true, Relaxed);
-        let result = self.inner.reconcile().await;
+        let result = self.inner.reconcile(false).await;
         match &result {
             Ok(report) => self.inner.reconciled(*report),
             Err(error) => self.inner.reconcile_failed(error),
