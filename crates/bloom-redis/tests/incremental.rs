@@ -111,13 +111,18 @@ async fn inserts_received_through_pubsub_are_not_pulled_again_and_an_idle_pass_m
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_whose_version_bump_was_lost_is_caught_by_the_full_pass() {
-    let Some(server) = common::start() else {
+    let Some(mut server) = common::start() else {
         return;
     };
     let url = server.url();
     let b = join(&url, "lost").await;
     let c = join_with(&url, "lost", bloom(), |builder| {
         builder.full_pass_every(Duration::from_millis(300))
+    })
+    .await;
+    // Passes every 200 ms, a full one only every hour — or after a reconnection.
+    let d = join_with(&url, "lost", bloom(), |builder| {
+        builder.reconcile_every(Duration::from_millis(200))
     })
     .await;
     // The key's bits land in Redis without their version bump (a writer that lost it).
@@ -151,6 +156,17 @@ async fn a_write_whose_version_bump_was_lost_is_caught_by_the_full_pass() {
     c.reconcile_now().await.unwrap();
     assert!(c.stats().reconciles >= reconciles + 2);
     assert!(c.filter().current().contains(&key));
+    // D's periodic passes are incremental: it does not hold the key...
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!d.filter().current().contains(&key));
+    // ... until a reconnection, after which a full pass is owed.
+    server.pause();
+    eventually("D notices Redis is gone", || !d.stats().connected).await;
+    server.resume();
+    eventually("D's full pass after the reconnection pulls the key", || {
+        d.filter().current().contains(&key)
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -223,4 +239,31 @@ async fn a_pass_that_missed_a_write_pulls_only_the_segment_it_touched() {
     );
     assert!(report.bytes_pulled <= SEGMENT, "{report:?}");
     assert!(deaf.filter().current().contains(&key));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bits_dropped_from_the_publish_queue_in_an_outage_are_pushed_from_their_dirty_segments() {
+    let Some(mut server) = common::start() else {
+        return;
+    };
+    let url = server.url();
+    // No periodic pass within the test: only the passes the reconnection starts (the full
+    // pass a reconnection owes waits for a periodic one).
+    let a = join(&url, "dirty").await;
+    let b = join(&url, "dirty").await;
+    tokio::time::sleep(Duration::from_millis(300)).await; // subscriptions
+    server.pause();
+    // More bits than the publish queue keeps (1 Mi): the queue is dropped, its segments dirty.
+    let during = keys("during-the-outage", 160_000);
+    for key in &during {
+        a.filter().insert(key);
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await; // a failed publish drops the queue
+    server.resume();
+    eventually("B holds the keys A could not publish", || {
+        holds(&b, &during)
+    })
+    .await;
+    let report = a.stats().last_reconcile.unwrap();
+    assert!(!report.full, "{report:?}");
 }

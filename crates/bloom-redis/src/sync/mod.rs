@@ -44,6 +44,7 @@ use crate::{Error, Rebuilt, ReconcileReport, RedisStats, RedisSyncBuilder};
 use freshness::Freshness;
 use generations::Build;
 use publisher::Outbox;
+use reconcile::Trigger;
 use segments::Ledger;
 
 /// Keeps a [`SharedFilter<K>`] in sync with the same filter on every other instance, through
@@ -218,7 +219,7 @@ impl<K: ?Sized> RedisSync<K> {
             last_reconcile: Mutex::new(None),
         });
         // The first pass adopts Redis's generation and merges both ways.
-        let report = inner.reconcile(false).await?;
+        let report = inner.reconcile(Trigger::Periodic).await?;
         inner.reconciled(report);
         inner.install_hooks();
         let mut tasks = vec![
@@ -361,7 +362,7 @@ impl<K: ?Sized> RedisSync<K> {
     /// # Ok(()) }
     /// ```
     pub async fn reconcile_now(&self) -> Result<ReconcileReport, Error> {
-        let result = self.inner.reconcile(false).await;
+        let result = self.inner.reconcile(Trigger::Periodic).await;
         match &result {
             Ok(report) => self.inner.reconciled(*report),
             Err(error) => self.inner.reconcile_failed(error),
@@ -381,8 +382,7 @@ impl<K: ?Sized> RedisSync<K> {
     /// # Ok(()) }
     /// ```
     pub async fn full_pass_now(&self) -> Result<ReconcileReport, Error> {
-        self.inner.full_pass_owed.store(true, Relaxed);
-        let result = self.inner.reconcile(false).await;
+        let result = self.inner.reconcile(Trigger::Full).await;
         match &result {
             Ok(report) => self.inner.reconciled(*report),
             Err(error) => self.inner.reconcile_failed(error),
