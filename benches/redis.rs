@@ -1,7 +1,7 @@
 //! One filter across instances through Redis (`bloom-redis`): what a check costs when every
 //! instance answers from its own synchronised filter, against the common designs that ask
-//! Redis on every check; how fast an insert reaches another instance; what a full
-//! reconciliation of a 10M-key filter costs.
+//! Redis on every check; how fast an insert reaches another instance. What the
+//! synchronisation costs in Redis traffic is `benches/redis_traffic.rs`.
 //!
 //! Needs `redis-server` on the PATH (started here on a free port, no persistence); without it
 //! the bench prints a loud SKIPPED line and exits.
@@ -258,64 +258,5 @@ fn main() {
     );
     drop(c_instance);
 
-    // Full reconciliation of a 10M-key filter (~12 MB).
-    rt.block_on(async {
-        let big = filter(10_000_000);
-        big.insert_many(0..10_000_000u64);
-        let bytes = big.size_in_bytes();
-        let started = Instant::now();
-        let first = RedisSync::builder(&url)
-            .prefix("bench-10m")
-            .reconcile_every(Duration::from_secs(600))
-            .connect(&SharedFilter::<u64>::new(big))
-            .await
-            .unwrap();
-        let report = first.stats().last_reconcile.unwrap();
-        println!(
-            "redis/reconcile 10M keys ({:.1} MB): first instance joins (pull empty, push all, then the catch-up pass of its subscription): join {:?}; last pass {:?}, pulled {} B, pushed {} B",
-            bytes as f64 / 1e6,
-            started.elapsed(),
-            report.elapsed,
-            report.bytes_pulled,
-            report.bytes_pushed
-        );
-        let started = Instant::now();
-        let second = RedisSync::builder(&url)
-            .prefix("bench-10m")
-            .reconcile_every(Duration::from_secs(600))
-            .connect(&SharedFilter::<u64>::new(filter(10_000_000)))
-            .await
-            .unwrap();
-        let report = second.stats().last_reconcile.unwrap();
-        println!(
-            "redis/reconcile 10M keys: empty instance joins (pull all, push nothing, then the catch-up pass): join {:?}; last pass {:?}, pulled {} B, pushed {} B",
-            started.elapsed(),
-            report.elapsed,
-            report.bytes_pulled,
-            report.bytes_pushed
-        );
-        assert!(second.filter().contains(&9_999_999u64));
-        let mut times = Vec::new();
-        let mut last = None;
-        for _ in 0..5 {
-            let report = second.reconcile_now().await.unwrap();
-            times.push(report.elapsed);
-            last = Some(report);
-        }
-        times.sort();
-        let last = last.unwrap();
-        println!(
-            "redis/reconcile 10M keys: steady state (in sync), median of 5: {:?}, pulled {} B, pushed {} B",
-            times[2], last.bytes_pulled, last.bytes_pushed
-        );
-        for i in 0..1_000u64 {
-            second.filter().current().insert(&(20_000_000 + i)); // not propagated
-        }
-        let report = second.reconcile_now().await.unwrap();
-        println!(
-            "redis/reconcile 10M keys: 1000 unpropagated local inserts: {:?}, pulled {} B, pushed {} B",
-            report.elapsed, report.bytes_pulled, report.bytes_pushed
-        );
-    });
     c.final_summary();
 }
