@@ -258,6 +258,7 @@ async fn user_service_metrics_pass_promtool_check_metrics() {
             "bloom_redis_generation",
             "bloom_redis_instances",
             "bloom_redis_reconciles_total",
+            "bloom_redis_reconcile_bytes_total",
         ]);
         histograms.push("bloom_redis_publish_latency_seconds");
     }

@@ -32,6 +32,10 @@ pub mod names {
     pub const GENERATION: &str = "bloom_redis_generation";
     /// Counter: reconciliations, labelled `outcome` = `ok` / `error`.
     pub const RECONCILES: &str = "bloom_redis_reconciles_total";
+    /// Counter: bytes of segments reconciliation moved, labelled `direction` = `pulled` /
+    /// `pushed` and `pass` = `incremental` / `full`: what the synchronisation costs Redis
+    /// beyond the inserts themselves.
+    pub const RECONCILE_BYTES: &str = "bloom_redis_reconcile_bytes_total";
     /// Gauge: 1 while this instance's view may be missing other instances' inserts (see
     /// [`StalePolicy`](crate::StalePolicy)), 0 while it is fresh.
     pub const STALE: &str = "bloom_redis_stale";
@@ -71,6 +75,11 @@ pub mod names {
             RECONCILES,
             Unit::Count,
             "Reconciliations of the local filter with Redis, by outcome (ok, error)."
+        );
+        describe_counter!(
+            RECONCILE_BYTES,
+            Unit::Bytes,
+            "Bytes of segments reconciliation pulled from or pushed to Redis, by direction and pass (incremental, full)."
         );
         describe_gauge!(
             STALE,

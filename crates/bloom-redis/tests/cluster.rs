@@ -5,6 +5,7 @@
 
 #[path = "common/cluster.rs"]
 mod cluster;
+mod common;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};

@@ -268,3 +268,46 @@ async fn bits_dropped_from_the_publish_queue_in_an_outage_are_pushed_from_their_
     // Pushed by an incremental pass (A's periodic passes, full ones included, are 10 minutes
     // apart): only its dirty marks could tell it which segments to push.
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefix_in_the_unversioned_layout_is_refused_with_the_way_out() {
+    let Some(server) = common::start() else {
+        return;
+    };
+    let url = server.url();
+    // What 0.1 left: the config without `format`, one hash tag for every key.
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut raw = client.get_multiplexed_async_connection().await.unwrap();
+    let seed = format!("{SEED:032x}");
+    redis::cmd("HSET")
+        .arg("{old}:config")
+        .arg(&[
+            "m",
+            &BITS.to_string(),
+            "k",
+            "7",
+            "layout",
+            "blocked",
+            "seed",
+            &seed,
+        ])
+        .query_async::<()>(&mut raw)
+        .await
+        .unwrap();
+    let error = RedisSync::builder(&url)
+        .prefix("old")
+        .connect(&SharedFilter::<String>::new(bloom()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, bloom_redis::Error::ParameterMismatch { .. }),
+        "{error}"
+    );
+    assert!(
+        error
+            .to_string()
+            .contains("another key layout (unversioned")
+            && error.to_string().contains("own prefix"),
+        "{error}"
+    );
+}

@@ -1,5 +1,6 @@
 //! Every name in `bloom_redis::names` is described (`# HELP` text and unit) with the kind and
-//! unit its name promises: `_total` counters, `_seconds` histograms, gauges neither; the
+//! unit its name promises: `_total` counters (`_bytes_total` in bytes), `_seconds`
+//! histograms, gauges neither; the
 //! descriptions reach the recorder when the first `RedisSync` connects, with no call from
 //! the application; and against a real `redis-server` (see `common`), each published batch
 //! of inserts records its publish latency. (That it all passes `promtool check metrics`
@@ -116,7 +117,14 @@ fn every_name_is_described_with_its_kind_and_unit() {
                     name.ends_with("_total"),
                     "counter {name} must end in _total"
                 );
-                assert_eq!(*unit, Some(Unit::Count), "{name}");
+                // A counter of bytes says so in its name (`_bytes_total`, Prometheus's base
+                // unit) and its unit; every other counts events.
+                let expected = if name.ends_with("_bytes_total") {
+                    Unit::Bytes
+                } else {
+                    Unit::Count
+                };
+                assert_eq!(*unit, Some(expected), "{name}");
             }
             "histogram" => {
                 assert!(name.ends_with("_seconds"), "histogram {name}: base unit");

@@ -68,6 +68,14 @@ impl Inner {
         {
             metrics::counter!(names::RECONCILES, "prefix" => self.prefix.clone(), "outcome" => "ok")
                 .increment(1);
+            let pass = if report.full { "full" } else { "incremental" };
+            for (direction, bytes) in [
+                ("pulled", report.bytes_pulled),
+                ("pushed", report.bytes_pushed),
+            ] {
+                metrics::counter!(names::RECONCILE_BYTES, "prefix" => self.prefix.clone(), "direction" => direction, "pass" => pass)
+                    .increment(bytes);
+            }
             metrics::gauge!(names::GENERATION, "prefix" => self.prefix.clone())
                 .set(self.generation() as f64);
         }

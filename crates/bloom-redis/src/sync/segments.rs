@@ -20,6 +20,7 @@
 //! the version just before (the message then carries the whole difference).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
 use std::sync::Mutex;
 
 use bloom_core::BloomFilter;
@@ -201,6 +202,20 @@ fn segments_of(group: u64, segments: u64) -> std::ops::Range<u64> {
 }
 
 impl Inner {
+    /// Runs `work` on every group of segments, [`GROUPS_IN_FLIGHT`] at a time (on a cluster,
+    /// each to its own shard), and collects what each returns.
+    async fn each_group<'a, T, Fut>(&'a self, work: impl FnMut(u64) -> Fut) -> Result<Vec<T>, Error>
+    where
+        Fut: Future<Output = Result<T, Error>> + 'a,
+    {
+        let groups = self.segments().div_ceil(SEGMENTS_PER_GROUP);
+        futures_util::stream::iter(0..groups)
+            .map(work)
+            .buffer_unordered(GROUPS_IN_FLIGHT)
+            .try_collect()
+            .await
+    }
+
     /// Brings `generation`'s local copy and Redis's in line for the segments `pass` selects:
     /// pulls them, ORs them in, pushes those where the local copy holds bits Redis lacks.
     /// `token` (a rebuild's fencing number, or empty) fences the pushes.
@@ -250,14 +265,14 @@ impl Inner {
                 }
             }
             Pass::Changed => {
-                for (group, all, moved) in self.moved_segments(generation, groups).await? {
+                for (group, all, moved) in self.moved_segments(generation).await? {
                     let entry = selected.entry(group).or_default();
                     entry.0.extend(moved);
                     entry.1 = Some(all);
                 }
             }
             Pass::Digests => {
-                for (group, all, differ) in self.differing_segments(generation, groups).await? {
+                for (group, all, differ) in self.differing_segments(generation).await? {
                     let entry = selected.entry(group).or_default();
                     entry.0.extend(differ);
                     entry.1 = Some(all);
@@ -288,14 +303,10 @@ impl Inner {
 
     /// Per group whose `all` count differs from the one held: its count and the segments
     /// whose versions differ from the held ones.
-    async fn moved_segments(
-        &self,
-        generation: u64,
-        groups: u64,
-    ) -> Result<Vec<(u64, u64, Vec<u64>)>, Error> {
+    async fn moved_segments(&self, generation: u64) -> Result<Vec<(u64, u64, Vec<u64>)>, Error> {
         let segments = self.segments();
-        futures_util::stream::iter(0..groups)
-            .map(|group| async move {
+        let moved = self
+            .each_group(|group| async move {
                 let mut conn = self.conn.clone();
                 let key = self.keys.versions(generation, group);
                 let all: Option<u64> = redis::cmd("HGET")
@@ -318,12 +329,10 @@ impl Inner {
                         version != self.ledger.seen(generation, *s)
                     })
                     .collect();
-                Ok::<_, Error>(Some((group, all, moved)))
+                Ok(Some((group, all, moved)))
             })
-            .buffer_unordered(GROUPS_IN_FLIGHT)
-            .try_filter_map(|found| async move { Ok(found) })
-            .try_collect()
-            .await
+            .await?;
+        Ok(moved.into_iter().flatten().collect())
     }
 
     /// Per group: its `all` count (read before any of its segments) and the segments whose
@@ -332,45 +341,41 @@ impl Inner {
     async fn differing_segments(
         &self,
         generation: u64,
-        groups: u64,
     ) -> Result<Vec<(u64, u64, Vec<u64>)>, Error> {
         let segments = self.segments();
         let per_call = (DIGEST_BYTES_PER_CALL / self.cfg.segment_bytes).max(1);
-        futures_util::stream::iter(0..groups)
-            .map(|group| async move {
-                let mut conn = self.conn.clone();
-                let versions = self.keys.versions(generation, group);
-                let all: Option<u64> = redis::cmd("HGET")
-                    .arg(&versions)
-                    .arg("all")
-                    .query_async(&mut conn)
-                    .await?;
-                let mut differ = Vec::new();
-                let range: Vec<u64> = segments_of(group, segments).collect();
-                for chunk in range.chunks(per_call as usize) {
-                    let script = scripts::digests();
-                    let mut invocation = script.key(&versions);
-                    for &s in chunk {
-                        invocation.key(self.keys.segment(generation, s));
-                    }
-                    for &s in chunk {
-                        invocation.arg(s);
-                    }
-                    let reply: Vec<String> = invocation.invoke_async(&mut conn).await?;
-                    for (&s, pair) in chunk.iter().zip(reply.chunks_exact(2)) {
-                        let version: u64 = pair[0].parse().unwrap_or(0);
-                        if self.local_digest(generation, s).as_deref() == Some(pair[1].as_str()) {
-                            self.ledger.set_seen(generation, s, version);
-                        } else {
-                            differ.push(s);
-                        }
+        self.each_group(|group| async move {
+            let mut conn = self.conn.clone();
+            let versions = self.keys.versions(generation, group);
+            let all: Option<u64> = redis::cmd("HGET")
+                .arg(&versions)
+                .arg("all")
+                .query_async(&mut conn)
+                .await?;
+            let mut differ = Vec::new();
+            let range: Vec<u64> = segments_of(group, segments).collect();
+            for chunk in range.chunks(per_call as usize) {
+                let script = scripts::digests();
+                let mut invocation = script.key(&versions);
+                for &s in chunk {
+                    invocation.key(self.keys.segment(generation, s));
+                }
+                for &s in chunk {
+                    invocation.arg(s);
+                }
+                let reply: Vec<String> = invocation.invoke_async(&mut conn).await?;
+                for (&s, pair) in chunk.iter().zip(reply.chunks_exact(2)) {
+                    let version: u64 = pair[0].parse().unwrap_or(0);
+                    if self.local_digest(generation, s).as_deref() == Some(pair[1].as_str()) {
+                        self.ledger.set_seen(generation, s, version);
+                    } else {
+                        differ.push(s);
                     }
                 }
-                Ok::<_, Error>((group, all.unwrap_or(0), differ))
-            })
-            .buffer_unordered(GROUPS_IN_FLIGHT)
-            .try_collect()
-            .await
+            }
+            Ok((group, all.unwrap_or(0), differ))
+        })
+        .await
     }
 
     /// The SHA-1 (hex) of segment `s` of the local copy of `generation`, without trailing
@@ -470,54 +475,46 @@ impl Inner {
     /// (before it is announced, so no instance's double-writes are deleted).
     pub(super) async fn reset_groups(&self, generation: u64, fence: u64) -> Result<(), Error> {
         let segments = self.segments();
-        let groups = segments.div_ceil(SEGMENTS_PER_GROUP);
-        futures_util::stream::iter(0..groups)
-            .map(|group| async move {
-                let mut conn = self.conn.clone();
-                let script = scripts::reset_group();
-                let mut invocation = script.key(self.keys.group_fence(generation, group));
-                invocation.key(self.keys.versions(generation, group));
-                for s in segments_of(group, segments) {
-                    invocation.key(self.keys.segment(generation, s));
-                }
-                invocation.arg(fence);
-                for s in segments_of(group, segments) {
-                    invocation.arg(s);
-                }
-                match invocation.invoke_async(&mut conn).await? {
-                    scripts::Lock::Held => Ok(()),
-                    scripts::Lock::Lost => Err(Error::Fenced),
-                }
-            })
-            .buffer_unordered(GROUPS_IN_FLIGHT)
-            .try_collect::<Vec<()>>()
-            .await?;
+        self.each_group(|group| async move {
+            let mut conn = self.conn.clone();
+            let script = scripts::reset_group();
+            let mut invocation = script.key(self.keys.group_fence(generation, group));
+            invocation.key(self.keys.versions(generation, group));
+            for s in segments_of(group, segments) {
+                invocation.key(self.keys.segment(generation, s));
+            }
+            invocation.arg(fence);
+            for s in segments_of(group, segments) {
+                invocation.arg(s);
+            }
+            match invocation.invoke_async(&mut conn).await? {
+                scripts::Lock::Held => Ok(()),
+                scripts::Lock::Lost => Err(Error::Fenced),
+            }
+        })
+        .await?;
         Ok(())
     }
 
     /// Lets `generation`'s keys in Redis expire after `grace_ms` (it no longer serves).
     pub(super) async fn expire_groups(&self, generation: u64, grace_ms: u64) -> Result<(), Error> {
         let segments = self.segments();
-        let groups = segments.div_ceil(SEGMENTS_PER_GROUP);
-        futures_util::stream::iter(0..groups)
-            .map(|group| async move {
-                let mut conn = self.conn.clone();
-                let mut pipe = redis::pipe();
-                for key in segments_of(group, segments)
-                    .map(|s| self.keys.segment(generation, s))
-                    .chain([
-                        self.keys.versions(generation, group),
-                        self.keys.group_fence(generation, group),
-                    ])
-                {
-                    pipe.cmd("PEXPIRE").arg(key).arg(grace_ms).ignore();
-                }
-                pipe.query_async::<()>(&mut conn).await?;
-                Ok::<_, Error>(())
-            })
-            .buffer_unordered(GROUPS_IN_FLIGHT)
-            .try_collect::<Vec<()>>()
-            .await?;
+        self.each_group(|group| async move {
+            let mut conn = self.conn.clone();
+            let mut pipe = redis::pipe();
+            for key in segments_of(group, segments)
+                .map(|s| self.keys.segment(generation, s))
+                .chain([
+                    self.keys.versions(generation, group),
+                    self.keys.group_fence(generation, group),
+                ])
+            {
+                pipe.cmd("PEXPIRE").arg(key).arg(grace_ms).ignore();
+            }
+            pipe.query_async::<()>(&mut conn).await?;
+            Ok(())
+        })
+        .await?;
         Ok(())
     }
 }

@@ -29,6 +29,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::common::signal;
+
 /// Client ports tried (the bus adds `BUS_OFFSET`).
 const PORTS: RangeInclusive<u16> = 10000..=22767;
 /// Redis's fixed offset from a node's port to its cluster bus port.
@@ -519,15 +521,6 @@ fn slot_map(who: u16, reply: &Reply) -> Vec<(u16, u16, u16)> {
         .collect();
     map.sort_unstable();
     map
-}
-
-/// `kill -SIG PID` (no `unsafe` for `libc::kill`).
-fn signal(pid: u32, sig: &str) {
-    let status = Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .expect("run kill");
-    assert!(status.success(), "kill {sig} {pid} failed");
 }
 
 /// A command's stdout and stderr, for panic messages.

@@ -179,7 +179,7 @@ impl RedisServer {
 }
 
 /// `kill -SIG PID` (no `unsafe` for `libc::kill`).
-fn signal(pid: u32, sig: &str) {
+pub fn signal(pid: u32, sig: &str) {
     let status = Command::new("kill")
         .args([sig, &pid.to_string()])
         .status()
