@@ -825,6 +825,61 @@ async fn sqlite_two_instances_share_one_filter_through_redis() {
     a.shutdown().await.unwrap();
 }
 
+/// `--redis` and a restart: an instance that stopped (saving its snapshot) and starts again
+/// restores the snapshot's bits, so joining downloads only the segments that changed while it
+/// was down; started without a snapshot, it downloads every segment holding a bit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_redis_instance_restarted_from_its_snapshot_downloads_only_what_changed() {
+    let Some(server) = redis::start() else {
+        return;
+    };
+    let backend = Backend::sqlite();
+    let shared = |config: &mut Config| {
+        config.redis = Some(server.url());
+        config.filter_seed = Some(0x5EED_5EED);
+        // 2.4 MB of bits: 37 segments of 64 KiB, every one holding some of the seeded ids.
+        config.filter_capacity = 2_000_000;
+    };
+    let a = backend.start_with("restart_a", shared).await;
+    let mut config_b = backend.config("restart_b");
+    shared(&mut config_b);
+    let b = user_service::spawn(config_b.clone(), 0)
+        .await
+        .expect("starting B");
+    let joined_empty = b.app.redis_stats().unwrap().joined.unwrap();
+    assert!(joined_empty.segments_pulled >= 30, "{joined_empty:?}");
+    b.shutdown().await.unwrap(); // saves B's snapshot
+
+    // A user is created while B is down.
+    let client = client();
+    let response = client
+        .post(format!("{}/users", a.url()))
+        .json(&json!({ "name": "Grace", "email": "grace@example.com" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let id = response.json::<Value>().await.unwrap()["id"]
+        .as_u64()
+        .unwrap();
+
+    let b = user_service::spawn(config_b, 0)
+        .await
+        .expect("starting B again");
+    let joined = b.app.redis_stats().unwrap().joined.unwrap();
+    // One id created meanwhile: its bits are in one segment (blocked layout).
+    assert!(
+        joined.full && joined.segments_pulled <= 1 && joined.bytes_pushed == 0,
+        "{joined:?}"
+    );
+    let (status, body) = get(&client, format!("{}/users/{id}", b.url())).await;
+    assert_eq!(status, StatusCode::OK, "GET {id} from B: {body}");
+    let b_filter = b.app.filter().unwrap();
+    assert!((1..=SEEDED).all(|id| b_filter.contains(&id)));
+    b.shutdown().await.unwrap();
+    a.shutdown().await.unwrap();
+}
+
 /// The fleet under a hung Redis (SIGSTOP: a stalled or partitioned server behaves the same):
 /// users created through A while Redis hangs are found through B, because B, no longer
 /// hearing the fleet's heartbeats, lets would-be rejections through to its cache and

@@ -25,6 +25,12 @@
 //! rebuild (every [`Config::rebuild_every`]), every [`Config::snapshot_every`], and on
 //! graceful shutdown.
 //!
+//! With `--redis` the filter is the fleet's: an instance joins it through Redis, and when
+//! the snapshot holds a filter of the fleet's shape (size, k, layout, hash key) its bits are
+//! restored first, so that joining downloads only the segments that differ from them (and
+//! uploads the ids only this instance had, if it stopped before publishing them). The
+//! snapshot is saved every [`Config::snapshot_every`] and on graceful shutdown.
+//!
 //! With [`Config::no_guard`] the same routes run with no filter and no cache: every
 //! `GET /users/{id}` is a database query (the demo's baseline).
 
@@ -254,7 +260,8 @@ impl App {
                 (Some(url), _) => {
                     let (filter, sync) = join_shared_filter(&config, url, &source).await?;
                     sync.rebuild_every(config.rebuild_every, source);
-                    (filter, Vec::new(), Some(sync))
+                    let tasks = vec![filter.save_every(config.snapshot_every)];
+                    (filter, tasks, Some(sync))
                 }
                 (None, filter) => {
                     let filter = match filter {
@@ -414,6 +421,13 @@ impl App {
         self.inner.guarded.as_ref().map(|guarded| &guarded.filter)
     }
 
+    /// With `--redis`: the synchronisation's state and counters (what joining moved, the last
+    /// pass, freshness).
+    pub fn redis_stats(&self) -> Option<bloom_redis::RedisStats> {
+        let guarded = self.inner.guarded.as_ref()?;
+        guarded.redis.as_ref().map(bloom_redis::RedisSync::stats)
+    }
+
     /// The cache (`None` when unguarded).
     pub fn cache(&self) -> Option<&GuardedCache<u64, User>> {
         self.inner.guarded.as_ref().map(|guarded| &guarded.cache)
@@ -466,15 +480,16 @@ async fn join_shared_filter(
     let seed = config
         .filter_seed
         .context("--redis needs --filter-seed, the hash key every instance shares")?;
+    let bits = BloomFilter::builder()
+        .expected_items(config.filter_capacity)
+        .false_positive_rate(config.false_positive_rate)
+        .seed(seed)
+        .build()?;
+    restore_snapshot_bits(&config.snapshot_path(), &bits).await;
     let filter = SharedFilter::<u64>::builder()
         .name(config.name.clone())
-        .build(
-            BloomFilter::builder()
-                .expected_items(config.filter_capacity)
-                .false_positive_rate(config.false_positive_rate)
-                .seed(seed)
-                .build()?,
-        );
+        .snapshot(config.snapshot_path())
+        .build(bits);
     let sync = bloom_redis::RedisSync::builder(url)
         .prefix("user_service:users")
         .connect(&filter)
@@ -503,6 +518,43 @@ async fn join_shared_filter(
         None => {}
     }
     Ok((filter, sync))
+}
+
+/// ORs into `bits` those of the snapshot at `path`, if it holds a plain filter of the same
+/// shape and hash key: a head start for joining through Redis (its full pass then moves
+/// only the segments that differ). Any other file — absent, corrupt, another shape — is
+/// passed over with a log line: joining then downloads the whole filter, nothing is lost.
+/// Bits of ids deleted since the snapshot come back as false positives until the next
+/// rebuild, as for any bit in a Bloom filter.
+async fn restore_snapshot_bits(path: &std::path::Path, bits: &BloomFilter) {
+    let file = path.to_owned();
+    let read = tokio::task::spawn_blocking(move || {
+        let file = std::fs::File::open(&file)?;
+        bloom_core::Snapshot::read_from(&mut std::io::BufReader::new(file))
+            .map_err(std::io::Error::other)
+    })
+    .await;
+    let snapshot = match read {
+        Ok(Ok(snapshot)) => snapshot,
+        Ok(Err(error)) if error.kind() == std::io::ErrorKind::NotFound => return,
+        Ok(Err(error)) => {
+            tracing::warn!(path = %path.display(), %error, "snapshot not readable; joining without it");
+            return;
+        }
+        Err(error) => {
+            tracing::warn!(%error, "reading the snapshot failed; joining without it");
+            return;
+        }
+    };
+    match snapshot.filter.as_plain().map(|saved| bits.union(saved)) {
+        Some(Ok(())) => {
+            tracing::info!(path = %path.display(), "restored the snapshot's bits before joining")
+        }
+        _ => tracing::warn!(
+            path = %path.display(),
+            "the snapshot holds another filter than the fleet's (size, k, layout or hash key); joining without it"
+        ),
+    }
 }
 
 /// The filter from its snapshot, caught up with the users created since, or built from the

@@ -57,6 +57,9 @@ pub struct RedisStats {
     pub reconcile_errors: u64,
     /// The last successful reconciliation.
     pub last_reconcile: Option<ReconcileReport>,
+    /// The pass that joined (a full pass): what joining downloaded and uploaded — little for
+    /// an instance started from a recent snapshot of the filter, everything for an empty one.
+    pub joined: Option<ReconcileReport>,
     /// Insert batches written to Redis and published.
     pub published: u64,
     /// Insert batches that could not be written (they are pushed by reconciliation).

@@ -103,6 +103,8 @@ struct Inner {
     connected: AtomicBool,
     counters: Counters,
     last_reconcile: Mutex<Option<ReconcileReport>>,
+    /// The first pass's report.
+    joined: Mutex<Option<ReconcileReport>>,
 }
 
 #[derive(Default)]
@@ -217,10 +219,12 @@ impl<K: ?Sized> RedisSync<K> {
             connected: AtomicBool::new(false),
             counters: Counters::default(),
             last_reconcile: Mutex::new(None),
+            joined: Mutex::new(None),
         });
         // The first pass adopts Redis's generation and merges both ways.
         let report = inner.reconcile(Trigger::Periodic).await?;
         inner.reconciled(report);
+        *lock(&inner.joined) = Some(report);
         inner.install_hooks();
         let mut tasks = vec![
             tokio::spawn(Arc::clone(&inner).publisher()),
@@ -249,6 +253,8 @@ impl<K: ?Sized> RedisSync<K> {
             generation = sync.inner.generation(),
             bits = sync.inner.shape.bits,
             fresh = sync.inner.freshness.is_fresh(),
+            pulled = report.bytes_pulled,
+            pushed = report.bytes_pushed,
             "joined the filter shared through Redis"
         );
         Ok(sync)
@@ -295,6 +301,7 @@ impl<K: ?Sized> RedisSync<K> {
             reconciles: c.reconciles.load(Relaxed),
             reconcile_errors: c.reconcile_errors.load(Relaxed),
             last_reconcile: *lock(&inner.last_reconcile),
+            joined: *lock(&inner.joined),
             published: c.published.load(Relaxed),
             publish_errors: c.publish_errors.load(Relaxed),
             received: c.received.load(Relaxed),
