@@ -254,7 +254,12 @@ async fn one_instance_rebuilds_and_keys_inserted_anywhere_meanwhile_survive() {
         return;
     };
     let url = server.url();
-    let cfg = |b: bloom_redis::RedisSyncBuilder| b.reconcile_every(Duration::from_millis(500));
+    // Every instance acknowledges in time (the deleted key must not be carried over): a
+    // generous ack window, so that a loaded test machine does not make one late.
+    let cfg = |b: bloom_redis::RedisSyncBuilder| {
+        b.reconcile_every(Duration::from_millis(500))
+            .ack_timeout(Duration::from_secs(10))
+    };
     let (a, b, c) = (
         Arc::new(join(&url, "gen", cfg).await),
         Arc::new(join(&url, "gen", cfg).await),

@@ -43,11 +43,12 @@ impl Inner {
                 () = tokio::time::sleep(wait) => false,
                 () = self.wake_reconcile.notified() => true,
             };
-            if woken && self.full_pass_owed.load(Relaxed) {
-                // After a reconnection or a resubscription: let this instance's queued bits
-                // go out first — a pass started now would push, and the others pull, what
-                // pub/sub is about to carry. Bounded: Redis may still be away. (Not for
-                // announcements: a rebuild waits for this instance's acknowledgement.)
+            if self.full_pass_owed.load(Relaxed) {
+                // After a disconnection or a resubscription (woken, or the periodic retry
+                // that finds Redis back): let this instance's queued bits go out first — a
+                // pass started now would push, and the others pull, what pub/sub is about
+                // to carry. Bounded: Redis may still be away. (Not for announcements: a
+                // rebuild waits for this instance's acknowledgement.)
                 self.outbox.wait_published(self.cfg.heartbeat * 2).await;
             }
             let trigger = if woken {
