@@ -764,6 +764,16 @@ async fn sqlite_a_create_cancelled_at_each_await_is_found() {
 
 // ---- Redis: two instances, one filter ------------------------------------------------------
 
+/// What every instance of a `--redis` fleet shares: the Redis URL, the hash key and the
+/// filter's size (instances must agree on both).
+fn redis_fleet(url: &str, capacity: u64) -> impl Fn(&mut Config) + Copy + '_ {
+    move |config: &mut Config| {
+        config.redis = Some(url.to_owned());
+        config.filter_seed = Some(0x5EED_5EED);
+        config.filter_capacity = capacity;
+    }
+}
+
 /// `--redis`: two instances of the service on one database share one filter through a real
 /// `redis-server`; a user created through A is let through by B's guard, and absent ids are
 /// still rejected by B without a database query.
@@ -773,12 +783,9 @@ async fn sqlite_two_instances_share_one_filter_through_redis() {
         return;
     };
     let backend = Backend::sqlite();
-    let shared = |config: &mut Config| {
-        config.redis = Some(server.url());
-        config.filter_seed = Some(0x5EED_5EED);
-        // Every instance must agree on the size; small keeps the test quick.
-        config.filter_capacity = 100_000;
-    };
+    // Small keeps the test quick.
+    let url = server.url();
+    let shared = redis_fleet(&url, 100_000);
     // A seeds the database and, finding the shared filter empty, fills it from it.
     let a = backend.start_with("redis_a", shared).await;
     let mut config_b = backend.config("redis_b");
@@ -834,12 +841,9 @@ async fn sqlite_a_redis_instance_restarted_from_its_snapshot_downloads_only_what
         return;
     };
     let backend = Backend::sqlite();
-    let shared = |config: &mut Config| {
-        config.redis = Some(server.url());
-        config.filter_seed = Some(0x5EED_5EED);
-        // 2.4 MB of bits: 37 segments of 64 KiB, every one holding some of the seeded ids.
-        config.filter_capacity = 2_000_000;
-    };
+    // 2.4 MB of bits: 37 segments of 64 KiB, every one holding some of the seeded ids.
+    let url = server.url();
+    let shared = redis_fleet(&url, 2_000_000);
     let a = backend.start_with("restart_a", shared).await;
     let mut config_b = backend.config("restart_b");
     shared(&mut config_b);
@@ -891,11 +895,8 @@ async fn sqlite_users_created_while_redis_hangs_are_found_on_the_other_instance(
         return;
     };
     let backend = Backend::sqlite();
-    let shared = |config: &mut Config| {
-        config.redis = Some(server.url());
-        config.filter_seed = Some(0x5EED_5EED);
-        config.filter_capacity = 100_000;
-    };
+    let url = server.url();
+    let shared = redis_fleet(&url, 100_000);
     let a = backend.start_with("hung_a", shared).await;
     let mut config_b = backend.config("hung_b");
     shared(&mut config_b);
