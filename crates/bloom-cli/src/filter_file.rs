@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use anyhow::{Context, Result, anyhow};
+use bloom_core::format::peek;
 use bloom_core::{AnyFilter, BloomFilter, Snapshot, SnapshotLabel};
 
 use crate::input::io_msg;
@@ -30,16 +31,10 @@ pub fn load(path: &Path) -> Result<Loaded> {
     }
     let bytes = std::fs::read(path).map_err(|e| anyhow!("{name}: cannot read: {}", io_msg(&e)))?;
     let snapshot = Snapshot::read_from(&mut bytes.as_slice()).with_context(|| name.to_string())?;
-    // The filter follows the label (magic, version, length, label, CRC), if there is one;
-    // read_from checked both, so the version field is there.
-    let start = match snapshot.label {
-        Some(_) => 18 + u32::from_le_bytes(bytes[10..14].try_into().unwrap()) as usize,
-        None => 0,
-    };
-    let version = u16::from_le_bytes([bytes[start + 8], bytes[start + 9]]);
+    let info = peek(&bytes).with_context(|| name.to_string())?;
     Ok(Loaded {
         filter: snapshot.filter,
-        version,
+        version: info.version,
         file_len: bytes.len() as u64,
         label: snapshot.label,
     })

@@ -1,11 +1,10 @@
 //! [`AnyFilter`]: one of the three filters, for code that serves whichever the user chose
-//! (a shared handle, a snapshot on disk) and reads back whichever a file holds.
+//! (a shared handle, a snapshot on disk) and reads back whichever a file holds (that
+//! reading, by the header's kind byte, is in `format/any.rs`).
 
 use std::fmt;
-use std::io::{self, Read, Write};
 
-use crate::format::{Kind, read_up_to};
-use crate::{BloomFilter, CountingBloomFilter, DecodeError, Key, Layout, ScalableBloomFilter};
+use crate::{BloomFilter, CountingBloomFilter, Key, Layout, ScalableBloomFilter};
 
 /// Forwards to the filter inside whichever variant `$self` is: `$f` names it in `$body`.
 /// Used by every method that does the same thing for each kind; the few whose arms differ
@@ -327,85 +326,6 @@ impl AnyFilter {
     pub fn current_fpr(&self) -> f64 {
         dispatch!(self, f => f.current_fpr())
     }
-
-    /// The filter in the file format of its kind (see `docs/FORMAT.md`).
-    ///
-    /// ```
-    /// use bloom_core::{AnyFilter, BloomFilter, CountingBloomFilter, ScalableBloomFilter};
-    ///
-    /// let f = AnyFilter::from(CountingBloomFilter::new(100, 0.01)?);
-    /// f.insert("a");
-    /// let copy = AnyFilter::from_bytes(&f.to_bytes())?;
-    /// assert!(copy.contains("a") && copy.kind() == "counting");
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn to_bytes(&self) -> Vec<u8> {
-        dispatch!(self, f => f.to_bytes())
-    }
-
-    /// Writes [`to_bytes`](Self::to_bytes)'s output to `w`.
-    ///
-    /// ```
-    /// use bloom_core::{AnyFilter, BloomFilter, CountingBloomFilter, ScalableBloomFilter};
-    ///
-    /// let f = AnyFilter::from(BloomFilter::new(100, 0.01)?);
-    /// let mut file = Vec::new();
-    /// f.write_to(&mut file)?;
-    /// assert_eq!(file, f.to_bytes());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn write_to<W: Write + ?Sized>(&self, w: &mut W) -> io::Result<()> {
-        dispatch!(self, f => f.write_to(w))
-    }
-
-    /// Reads a filter of any kind from exactly `bytes`.
-    ///
-    /// ```
-    /// use bloom_core::{AnyFilter, BloomFilter, CountingBloomFilter, ScalableBloomFilter};
-    ///
-    /// let bytes = ScalableBloomFilter::new(100, 0.01)?.to_bytes();
-    /// assert_eq!(AnyFilter::from_bytes(&bytes)?.kind(), "scalable");
-    /// assert!(AnyFilter::from_bytes(b"not a filter").is_err());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn from_bytes(bytes: &[u8]) -> Result<Self, DecodeError> {
-        match kind_of(bytes) {
-            Some(Kind::Counting) => CountingBloomFilter::from_bytes(bytes).map(Self::Counting),
-            Some(Kind::Scalable) => ScalableBloomFilter::from_bytes(bytes).map(Self::Scalable),
-            // Also anything unrecognisable: the plain decoder names what is wrong with it.
-            Some(Kind::Bits) | None => BloomFilter::from_bytes(bytes).map(Self::Plain),
-        }
-    }
-
-    /// Reads one filter of any kind from `r`, which must end right after it.
-    ///
-    /// ```
-    /// use bloom_core::{AnyFilter, BloomFilter, CountingBloomFilter, ScalableBloomFilter};
-    ///
-    /// let bytes = CountingBloomFilter::new(100, 0.01)?.to_bytes();
-    /// let f = AnyFilter::read_from(&mut bytes.as_slice())?;
-    /// assert_eq!(f.kind(), "counting");
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn read_from<R: Read + ?Sized>(r: &mut R) -> Result<Self, DecodeError> {
-        // The kind byte comes first in every kind's header: read up to it, then hand the
-        // decoder those bytes followed by the rest of the stream.
-        let mut head = [0u8; KIND_OFFSET + 1];
-        let got = read_up_to(r, &mut head)?;
-        let mut whole = io::Cursor::new(&head[..got]).chain(r);
-        match kind_of(&head[..got]) {
-            Some(Kind::Counting) => CountingBloomFilter::read_from(&mut whole).map(Self::Counting),
-            Some(Kind::Scalable) => ScalableBloomFilter::read_from(&mut whole).map(Self::Scalable),
-            Some(Kind::Bits) | None => BloomFilter::read_from(&mut whole).map(Self::Plain),
-        }
-    }
-}
-
-/// Where every header keeps its kind byte (after the 8-byte magic and the 2-byte version).
-const KIND_OFFSET: usize = 10;
-
-fn kind_of(bytes: &[u8]) -> Option<Kind> {
-    bytes.get(KIND_OFFSET).copied().and_then(Kind::from_byte)
 }
 
 impl From<BloomFilter> for AnyFilter {
@@ -435,6 +355,8 @@ impl fmt::Debug for AnyFilter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::DecodeError;
+    use crate::format::KIND_OFFSET;
 
     fn each_kind() -> [AnyFilter; 3] {
         [

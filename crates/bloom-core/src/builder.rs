@@ -262,7 +262,7 @@ impl<F> Builder<F> {
     }
 
     /// Checks the settings and works out the size.
-    pub(crate) fn resolve(self) -> Result<Resolved, BuildError> {
+    pub(crate) fn resolve(self) -> Result<Parts, BuildError> {
         let layout = self.layout;
         let (bits, hashes) = match (self.bits, self.false_positive_rate, self.expected_items) {
             (Some(_), Some(_), _) => return Err(BuildError::ConflictingSize),
@@ -293,7 +293,7 @@ impl<F> Builder<F> {
             Some(seed) => KeyHasher::new(seed),
             None => KeyHasher::random().map_err(BuildError::Random)?,
         };
-        Ok(Resolved {
+        Ok(Parts {
             layout,
             slots: bits,
             hashes,
@@ -318,16 +318,7 @@ impl Builder<BloomFilter> {
     /// # Ok::<(), bloom_core::BuildError>(())
     /// ```
     pub fn build(self) -> Result<BloomFilter, BuildError> {
-        let r = self.resolve()?;
-        Ok(BloomFilter::from_parts(
-            r.layout,
-            r.slots,
-            r.hashes,
-            r.hasher,
-            r.capacity,
-            r.target_fpr,
-            None,
-        ))
+        Ok(BloomFilter::from_parts(self.resolve()?, None))
     }
 
     /// Builds a [`CountingBloomFilter`] with these settings instead: the same slots as
@@ -363,21 +354,14 @@ impl Builder<CountingBloomFilter> {
     /// # Ok::<(), bloom_core::BuildError>(())
     /// ```
     pub fn build(self) -> Result<CountingBloomFilter, BuildError> {
-        let r = self.resolve()?;
-        Ok(CountingBloomFilter::from_parts(
-            r.layout,
-            r.slots,
-            r.hashes,
-            r.hasher,
-            r.capacity,
-            r.target_fpr,
-            None,
-        ))
+        Ok(CountingBloomFilter::from_parts(self.resolve()?, None))
     }
 }
 
-/// A builder's settings, checked and sized.
-pub(crate) struct Resolved {
+/// A plain or counting filter's settings, checked and sized: what a builder resolves to and
+/// what a file's header records. Both kinds assemble themselves from it (`from_parts`).
+#[derive(Clone)]
+pub(crate) struct Parts {
     pub(crate) layout: Layout,
     pub(crate) slots: u64,
     pub(crate) hashes: u32,

@@ -1,16 +1,17 @@
-//! A Bloom filter that supports delete: a 4-bit counter per slot instead of a bit.
+//! A Bloom filter that supports delete: a 4-bit counter per slot instead of a bit. Its file
+//! (`to_bytes`, `from_bytes`, …) is laid out in `format/words.rs`, from what `WordBody`
+//! says here.
 
 use std::fmt;
-use std::io::{self, Read, Write};
 
 use crate::bit_vector::BitVector;
-use crate::builder::Builder;
-use crate::format::{Header, Kind, decode_words, encode_words, read_words, write_words};
+use crate::builder::{Builder, Parts};
+use crate::format::{FilterKind, WordBody};
 use crate::hasher::KeyHasher;
 use crate::layout::for_each_slot;
 use crate::params::{self, BLOCK_BITS, MAX_HASHES};
 use crate::sync::{AtomicU64, Ordering::Relaxed};
-use crate::{BloomFilter, BuildError, DecodeError, Key, Layout};
+use crate::{BloomFilter, BuildError, Key, Layout};
 
 /// Counters per 64-bit word.
 const PER_WORD: u64 = 16;
@@ -91,15 +92,16 @@ impl CountingBloomFilter {
         Builder::default()
     }
 
-    pub(crate) fn from_parts(
-        layout: Layout,
-        num_slots: u64,
-        num_hashes: u32,
-        hasher: KeyHasher,
-        capacity: Option<u64>,
-        target_fpr: Option<f64>,
-        words: Option<Vec<u64>>,
-    ) -> Self {
+    /// Assembles a validated filter; `words` defaults to all zero counters.
+    pub(crate) fn from_parts(parts: Parts, words: Option<Vec<u64>>) -> Self {
+        let Parts {
+            layout,
+            slots: num_slots,
+            hashes: num_hashes,
+            hasher,
+            capacity,
+            target_fpr,
+        } = parts;
         let num_words = num_slots.div_ceil(PER_WORD) as usize;
         let words = match words {
             Some(w) => w.into_iter().map(AtomicU64::new).collect(),
@@ -274,15 +276,7 @@ impl CountingBloomFilter {
                 bits | (nonzero_nibbles(w) << (16 * i))
             })
         });
-        BloomFilter::from_parts(
-            self.layout,
-            self.num_slots,
-            self.num_hashes,
-            self.hasher.clone(),
-            self.capacity,
-            self.target_fpr,
-            Some(BitVector::from_words(bits)),
-        )
+        BloomFilter::from_parts(self.parts(), Some(BitVector::from_words(bits)))
     }
 
     /// The number of counters (slots), m.
@@ -471,98 +465,30 @@ impl CountingBloomFilter {
     pub fn current_fpr(&self) -> f64 {
         self.to_bloom().current_fpr()
     }
+}
 
-    /// The filter in the file format, kind "counting" (see `docs/FORMAT.md`).
-    ///
-    /// ```
-    /// use bloom_core::CountingBloomFilter;
-    ///
-    /// let f = CountingBloomFilter::new(1_000, 0.01)?;
-    /// f.insert("a");
-    /// let copy = CountingBloomFilter::from_bytes(&f.to_bytes())?;
-    /// assert!(copy.contains("a"));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn to_bytes(&self) -> Vec<u8> {
-        encode_words(&self.header(), self.words.iter().map(|w| w.load(Relaxed)))
+/// Its file's body: the counters' words, 16 to a word.
+impl WordBody for CountingBloomFilter {
+    const KIND: FilterKind = FilterKind::Counting;
+    const SLOTS_PER_WORD: u64 = PER_WORD;
+
+    fn parts(&self) -> Parts {
+        Parts {
+            layout: self.layout,
+            slots: self.num_slots,
+            hashes: self.num_hashes,
+            hasher: self.hasher.clone(),
+            capacity: self.capacity,
+            target_fpr: self.target_fpr,
+        }
     }
 
-    /// Writes [`to_bytes`](Self::to_bytes)'s output to `w`.
-    ///
-    /// ```
-    /// use bloom_core::CountingBloomFilter;
-    ///
-    /// let f = CountingBloomFilter::new(1_000, 0.01)?;
-    /// let mut file = Vec::new();
-    /// f.write_to(&mut file)?;
-    /// assert_eq!(file, f.to_bytes());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn write_to<W: Write + ?Sized>(&self, w: &mut W) -> io::Result<()> {
-        write_words(
-            w,
-            &self.header(),
-            self.words.iter().map(|w| w.load(Relaxed)),
-        )
+    fn body_words(&self) -> impl Iterator<Item = u64> + '_ {
+        self.words.iter().map(|w| w.load(Relaxed))
     }
 
-    /// Reads a counting filter from exactly `bytes`.
-    ///
-    /// ```
-    /// use bloom_core::CountingBloomFilter;
-    ///
-    /// let f = CountingBloomFilter::new(1_000, 0.01)?;
-    /// f.insert("a");
-    /// let copy = CountingBloomFilter::from_bytes(&f.to_bytes())?;
-    /// assert!(copy.remove("a"));
-    /// // A plain filter's file is refused: it has no counters.
-    /// let plain = bloom_core::BloomFilter::new(1_000, 0.01)?;
-    /// assert!(CountingBloomFilter::from_bytes(&plain.to_bytes()).is_err());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn from_bytes(bytes: &[u8]) -> Result<Self, DecodeError> {
-        let (header, words) = decode_words(bytes, Kind::Counting)?;
-        Ok(Self::from_header(&header, words))
-    }
-
-    /// Reads one counting filter from `r`, which must end right after it.
-    ///
-    /// ```
-    /// use bloom_core::CountingBloomFilter;
-    ///
-    /// let f = CountingBloomFilter::new(1_000, 0.01)?;
-    /// let bytes = f.to_bytes();
-    /// let copy = CountingBloomFilter::read_from(&mut bytes.as_slice())?;
-    /// assert_eq!(copy.num_slots(), f.num_slots());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn read_from<R: Read + ?Sized>(r: &mut R) -> Result<Self, DecodeError> {
-        let (header, words) = read_words(r, Kind::Counting)?;
-        Ok(Self::from_header(&header, words))
-    }
-
-    fn header(&self) -> Header {
-        Header::new(
-            Kind::Counting,
-            self.layout,
-            self.num_slots,
-            self.num_hashes,
-            self.hasher.seed(),
-            self.capacity,
-            self.target_fpr,
-        )
-    }
-
-    fn from_header(header: &Header, words: Vec<u64>) -> Self {
-        Self::from_parts(
-            header.layout,
-            header.num_bits,
-            header.num_hashes,
-            KeyHasher::new(header.seed),
-            header.capacity,
-            header.target_fpr,
-            Some(words),
-        )
+    fn from_body(parts: Parts, words: Vec<u64>) -> Self {
+        Self::from_parts(parts, Some(words))
     }
 }
 

@@ -1,14 +1,20 @@
-//! The filter itself: insert, lookup, batch forms, statistics and set operations.
+//! The filter itself: insert, lookup, batch forms, statistics and set operations. Its file
+//! (`to_bytes`, `from_bytes`, …) is laid out in `format/words.rs`, from what `WordBody`
+//! says here.
 
 use std::fmt;
 
 use crate::bit_vector::BitVector;
-use crate::builder::Builder;
+use crate::builder::{Builder, Parts};
+use crate::format::{FilterKind, WordBody};
 use crate::hasher::{KeyHash, KeyHasher};
 use crate::layout::{for_each_classic, for_each_in_block, reduce};
 use crate::params::{self, BLOCK_BITS};
 use crate::probe::Probe;
 use crate::{BuildError, Key, Layout};
+
+/// Bits per 64-bit word of the array.
+const BITS_PER_WORD: u64 = 64;
 
 /// Keys hashed ahead in the batch forms: enough misses in flight to cover DRAM latency,
 /// few enough that the prefetched lines are still in L1 when tested. A power of two.
@@ -81,16 +87,16 @@ impl BloomFilter {
     }
 
     /// Assembles a validated filter; `words` defaults to all clear.
-    pub(crate) fn from_parts(
-        layout: Layout,
-        num_bits: u64,
-        num_hashes: u32,
-        hasher: KeyHasher,
-        capacity: Option<u64>,
-        target_fpr: Option<f64>,
-        words: Option<BitVector>,
-    ) -> Self {
-        let num_words = num_bits.div_ceil(64) as usize;
+    pub(crate) fn from_parts(parts: Parts, words: Option<BitVector>) -> Self {
+        let Parts {
+            layout,
+            slots: num_bits,
+            hashes: num_hashes,
+            hasher,
+            capacity,
+            target_fpr,
+        } = parts;
+        let num_words = num_bits.div_ceil(BITS_PER_WORD) as usize;
         let bits = words.unwrap_or_else(|| BitVector::zeroed(num_words));
         debug_assert_eq!(bits.len(), num_words);
         Self {
@@ -690,18 +696,35 @@ impl BloomFilter {
     }
 }
 
+/// Its file's body: the bit array's words, 64 bits to a word.
+impl WordBody for BloomFilter {
+    const KIND: FilterKind = FilterKind::Plain;
+    const SLOTS_PER_WORD: u64 = BITS_PER_WORD;
+
+    fn parts(&self) -> Parts {
+        Parts {
+            layout: self.layout,
+            slots: self.num_bits,
+            hashes: self.num_hashes,
+            hasher: self.hasher.clone(),
+            capacity: self.capacity,
+            target_fpr: self.target_fpr,
+        }
+    }
+
+    fn body_words(&self) -> impl Iterator<Item = u64> + '_ {
+        self.bits.iter()
+    }
+
+    fn from_body(parts: Parts, words: Vec<u64>) -> Self {
+        Self::from_parts(parts, Some(BitVector::from_words(words.into_iter())))
+    }
+}
+
 impl Clone for BloomFilter {
     /// A snapshot of the bits (each word read atomically).
     fn clone(&self) -> Self {
-        Self::from_parts(
-            self.layout,
-            self.num_bits,
-            self.num_hashes,
-            self.hasher.clone(),
-            self.capacity,
-            self.target_fpr,
-            Some(BitVector::from_words(self.bits.iter())),
-        )
+        Self::from_parts(self.parts(), Some(BitVector::from_words(self.bits.iter())))
     }
 }
 

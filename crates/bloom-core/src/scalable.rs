@@ -1,24 +1,19 @@
 //! A Bloom filter that grows: a list of plain filters ("stages"), each larger and stricter
 //! than the last (Almeida, Baquero, Preguiça & Hutchison, "Scalable Bloom Filters", 2007).
+//! Its file (`to_bytes`, `from_bytes`, …) is laid out in `format/stages.rs`.
 
 use std::fmt;
-use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use arc_swap::ArcSwap;
-use crc::{CRC_32_ISCSI, Crc, Table};
+use arc_swap::{ArcSwap, Guard};
 
-use crate::format::{FORMAT_VERSION, Kind, MAGIC};
 use crate::hasher::KeyHasher;
-use crate::{BloomFilter, BuildError, DecodeError, Key, Layout};
+use crate::{BloomFilter, BuildError, Key, Layout};
 
 /// The most stages a filter grows to (and a file may hold). With the default growth factor
 /// that is 2⁶⁴ times the initial capacity: far past memory.
 pub const MAX_STAGES: usize = 64;
-
-static CRC32C: Crc<u32, Table<16>> = Crc::<u32, Table<16>>::new(&CRC_32_ISCSI);
-const CONTAINER_HEADER_LEN: usize = 64;
 
 /// A Bloom filter for when the number of keys is not known up front.
 ///
@@ -50,17 +45,30 @@ pub struct ScalableBloomFilter {
     hasher: KeyHasher,
 }
 
+/// What a scalable filter was configured with: its file's header records it.
 #[derive(Clone, Copy, Debug, PartialEq)]
-struct Config {
-    initial_capacity: u64,
-    fpr: f64,
-    growth: f64,
-    tightening: f64,
-    layout: Layout,
+pub(crate) struct Config {
+    pub(crate) initial_capacity: u64,
+    pub(crate) fpr: f64,
+    pub(crate) growth: f64,
+    pub(crate) tightening: f64,
+    pub(crate) layout: Layout,
 }
 
 impl Config {
-    fn stage_capacity(&self, index: usize) -> u64 {
+    /// The builder's checks; a file whose settings fail them is refused.
+    pub(crate) fn check(&self) -> Result<(), BuildError> {
+        crate::params::check_items_and_rate(self.initial_capacity, self.fpr)?;
+        if !(self.growth.is_finite() && self.growth >= 1.0) {
+            return Err(BuildError::InvalidGrowthFactor(self.growth));
+        }
+        if !(self.tightening > 0.0 && self.tightening < 1.0) {
+            return Err(BuildError::InvalidTighteningRatio(self.tightening));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn stage_capacity(&self, index: usize) -> u64 {
         (self.initial_capacity as f64 * self.growth.powi(index as i32)).ceil() as u64
     }
 
@@ -84,11 +92,11 @@ impl Config {
     }
 }
 
-struct Stage {
-    filter: BloomFilter,
-    capacity: u64,
+pub(crate) struct Stage {
+    pub(crate) filter: BloomFilter,
+    pub(crate) capacity: u64,
     /// Keys inserted that were new to every stage.
-    items: AtomicU64,
+    pub(crate) items: AtomicU64,
 }
 
 /// One stage's figures, from [`ScalableBloomFilter::stage_stats`].
@@ -189,13 +197,7 @@ impl ScalableBuilder {
     /// ```
     pub fn build(self) -> Result<ScalableBloomFilter, BuildError> {
         let c = self.config;
-        crate::params::check_items_and_rate(c.initial_capacity, c.fpr)?;
-        if !(c.growth.is_finite() && c.growth >= 1.0) {
-            return Err(BuildError::InvalidGrowthFactor(c.growth));
-        }
-        if !(c.tightening > 0.0 && c.tightening < 1.0) {
-            return Err(BuildError::InvalidTighteningRatio(c.tightening));
-        }
+        c.check()?;
         let hasher = match self.seed {
             Some(seed) => KeyHasher::new(seed),
             None => KeyHasher::random().map_err(BuildError::Random)?,
@@ -246,13 +248,23 @@ impl ScalableBloomFilter {
         }
     }
 
-    fn from_stages(config: Config, hasher: KeyHasher, stages: Vec<Arc<Stage>>) -> Self {
+    pub(crate) fn from_stages(config: Config, hasher: KeyHasher, stages: Vec<Arc<Stage>>) -> Self {
         Self {
             stages: ArcSwap::from_pointee(stages),
             growing: Mutex::new(()),
             config,
             hasher,
         }
+    }
+
+    /// Its settings, for its file's header.
+    pub(crate) fn config(&self) -> Config {
+        self.config
+    }
+
+    /// The stages now, oldest first, for its file's body.
+    pub(crate) fn stages(&self) -> Guard<Arc<Vec<Arc<Stage>>>> {
+        self.stages.load()
     }
 
     /// Adds `key`. Returns `true` if it was not (maybe) present in any stage.
@@ -576,245 +588,6 @@ impl ScalableBloomFilter {
             })
             .collect()
     }
-
-    /// The filter in the file format, kind "scalable": a container header, then for each
-    /// stage its item count, its length and a complete plain-filter file, then a CRC-32C of
-    /// everything (see `docs/FORMAT.md`).
-    ///
-    /// A stage's item count is written clamped to its number of bits: every counted insert
-    /// found one of its bits clear in the stage and set it, so only racing inserts (two
-    /// threads claiming the same clear bit) can push the count past that, and such a count
-    /// is known to be an overcount. [`from_bytes`](Self::from_bytes) refuses a count above
-    /// the bits, so what this writes always reads back.
-    ///
-    /// ```
-    /// use bloom_core::ScalableBloomFilter;
-    ///
-    /// let f = ScalableBloomFilter::new(1_000, 0.01)?;
-    /// f.insert("a");
-    /// let copy = ScalableBloomFilter::from_bytes(&f.to_bytes())?;
-    /// assert!(copy.contains("a"));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn to_bytes(&self) -> Vec<u8> {
-        let stages = self.stages.load();
-        let c = &self.config;
-        let mut out = Vec::new();
-        out.extend_from_slice(&MAGIC);
-        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        out.push(Kind::Scalable as u8);
-        out.push(c.layout.to_byte());
-        out.extend_from_slice(&(stages.len() as u32).to_le_bytes());
-        out.extend_from_slice(&c.initial_capacity.to_le_bytes());
-        out.extend_from_slice(&self.hasher.seed().to_le_bytes());
-        out.extend_from_slice(&c.growth.to_bits().to_le_bytes());
-        out.extend_from_slice(&c.fpr.to_bits().to_le_bytes());
-        out.extend_from_slice(&c.tightening.to_bits().to_le_bytes());
-        for stage in stages.iter() {
-            let bytes = stage.filter.to_bytes();
-            let items = stage.items.load(Relaxed).min(stage.filter.num_bits());
-            out.extend_from_slice(&items.to_le_bytes());
-            out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
-            out.extend_from_slice(&bytes);
-        }
-        let crc = CRC32C.checksum(&out);
-        out.extend_from_slice(&crc.to_le_bytes());
-        out
-    }
-
-    /// Writes [`to_bytes`](Self::to_bytes)'s output to `w`.
-    ///
-    /// ```
-    /// use bloom_core::ScalableBloomFilter;
-    ///
-    /// let f = ScalableBloomFilter::new(1_000, 0.01)?;
-    /// let mut file = Vec::new();
-    /// f.write_to(&mut file)?;
-    /// assert_eq!(file, f.to_bytes());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn write_to<W: Write + ?Sized>(&self, w: &mut W) -> io::Result<()> {
-        w.write_all(&self.to_bytes())
-    }
-
-    /// Reads one scalable filter from `r`, which must end right after it. The input is read
-    /// as it arrives, so memory never exceeds what the input holds.
-    ///
-    /// ```
-    /// use bloom_core::ScalableBloomFilter;
-    ///
-    /// let f = ScalableBloomFilter::new(1_000, 0.01)?;
-    /// let bytes = f.to_bytes();
-    /// let copy = ScalableBloomFilter::read_from(&mut bytes.as_slice())?;
-    /// assert_eq!(copy.num_stages(), 1);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn read_from<R: Read + ?Sized>(r: &mut R) -> Result<Self, DecodeError> {
-        let mut bytes = Vec::new();
-        r.read_to_end(&mut bytes)?;
-        Self::from_bytes(&bytes)
-    }
-
-    /// Reads a scalable filter from exactly `bytes`.
-    ///
-    /// Besides the framing, the checksum and each stage's own file, the stages' item counts
-    /// must be ones [`insert`](Self::insert) and [`to_bytes`](Self::to_bytes) can produce,
-    /// or the file is [`DecodeError::Inconsistent`]:
-    ///
-    /// * no stage counts more keys than it has bits (each counted key set a clear bit of it,
-    ///   and the writer clamps the rare racing overcount);
-    /// * a stage followed by another counted at least its capacity (or, for a stage sized
-    ///   below one bit per key, all of its bits): a stage is only added once the last one's
-    ///   count reaches its capacity. There is no tighter upper bound: inserts keep landing in
-    ///   the old stage while the next one is being built, and the last stage keeps taking
-    ///   keys past its capacity when no further stage can be added ([`MAX_STAGES`], or a
-    ///   stage too large to build);
-    /// * the counts add up to a `u64` ([`len`](Self::len) never overflows).
-    ///
-    /// ```
-    /// use bloom_core::ScalableBloomFilter;
-    ///
-    /// let f = ScalableBloomFilter::new(1_000, 0.01)?;
-    /// f.insert("a");
-    /// let copy = ScalableBloomFilter::from_bytes(&f.to_bytes())?;
-    /// assert_eq!(copy.len(), 1);
-    /// // A plain filter's file is refused.
-    /// let plain = bloom_core::BloomFilter::new(1_000, 0.01)?;
-    /// assert!(ScalableBloomFilter::from_bytes(&plain.to_bytes()).is_err());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn from_bytes(bytes: &[u8]) -> Result<Self, DecodeError> {
-        let magic_len = bytes.len().min(MAGIC.len());
-        if bytes[..magic_len] != MAGIC[..magic_len] {
-            return Err(DecodeError::BadMagic);
-        }
-        let min_len = (CONTAINER_HEADER_LEN + 4) as u64;
-        if (bytes.len() as u64) < min_len {
-            return Err(DecodeError::Truncated {
-                needed: min_len,
-                available: bytes.len() as u64,
-            });
-        }
-        let u64_at = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().unwrap());
-        let version = u16::from_le_bytes([bytes[8], bytes[9]]);
-        if version == 0 || version > FORMAT_VERSION {
-            return Err(DecodeError::UnsupportedVersion { found: version });
-        }
-        match bytes[10] {
-            k if k == Kind::Scalable as u8 => {}
-            0 => return Err(wrong_kind(Kind::Bits)),
-            1 => return Err(wrong_kind(Kind::Counting)),
-            found => return Err(DecodeError::UnsupportedKind { found }),
-        }
-        let layout =
-            Layout::from_byte(bytes[11]).ok_or(DecodeError::UnknownLayout { found: bytes[11] })?;
-        let body_end = bytes.len() - 4;
-        let stored = u32::from_le_bytes(bytes[body_end..].try_into().unwrap());
-        let computed = CRC32C.checksum(&bytes[..body_end]);
-        if stored != computed {
-            // The container is only framed by its stages, so a short or long file shows up
-            // as a checksum mismatch unless the stage walk below finds it first.
-            return Err(DecodeError::ChecksumMismatch { stored, computed });
-        }
-        let num_stages = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
-        let config = Config {
-            initial_capacity: u64_at(16),
-            fpr: f64::from_bits(u64_at(48)),
-            growth: f64::from_bits(u64_at(40)),
-            tightening: f64::from_bits(u64_at(56)),
-            layout,
-        };
-        let seed = u128::from_le_bytes(bytes[24..40].try_into().unwrap());
-        let valid = (1..=MAX_STAGES).contains(&num_stages)
-            && config.initial_capacity >= 1
-            && config.fpr > 0.0
-            && config.fpr < 1.0
-            && config.growth.is_finite()
-            && config.growth >= 1.0
-            && config.tightening > 0.0
-            && config.tightening < 1.0;
-        if !valid {
-            return Err(DecodeError::Inconsistent(
-                "scalable filter parameters out of range",
-            ));
-        }
-        let mut stages = Vec::with_capacity(num_stages);
-        let mut at = CONTAINER_HEADER_LEN;
-        let mut total_items = 0u64;
-        for index in 0..num_stages {
-            if body_end - at < 16 {
-                return Err(DecodeError::Inconsistent(
-                    "stage list runs past the end of the file",
-                ));
-            }
-            let items = u64_at(at);
-            let len = u64_at(at + 8);
-            at += 16;
-            if len > (body_end - at) as u64 {
-                return Err(DecodeError::Inconsistent(
-                    "stage list runs past the end of the file",
-                ));
-            }
-            let filter = BloomFilter::from_bytes(&bytes[at..at + len as usize])?;
-            at += len as usize;
-            if filter.layout() != layout || filter.seed() != seed {
-                return Err(DecodeError::Inconsistent(
-                    "a stage's layout or hash key differs from the filter's",
-                ));
-            }
-            let capacity = config.stage_capacity(index);
-            if filter.capacity() != Some(capacity) {
-                return Err(DecodeError::Inconsistent(
-                    "a stage's capacity does not follow the growth factor",
-                ));
-            }
-            check_stage_items(items, capacity, filter.num_bits(), index + 1 < num_stages)?;
-            total_items = total_items
-                .checked_add(items)
-                .ok_or(DecodeError::Inconsistent(
-                    "the stages' item counts add up to more than a u64 holds",
-                ))?;
-            stages.push(Arc::new(Stage {
-                filter,
-                capacity,
-                items: AtomicU64::new(items),
-            }));
-        }
-        if at != body_end {
-            return Err(DecodeError::TrailingBytes {
-                extra: (body_end - at) as u64,
-            });
-        }
-        Ok(Self::from_stages(config, KeyHasher::new(seed), stages))
-    }
-}
-
-/// The item-count invariants [`ScalableBloomFilter::from_bytes`] documents, for one stage
-/// with `capacity` keys and `num_bits` bits; `sealed` when another stage follows it.
-fn check_stage_items(
-    items: u64,
-    capacity: u64,
-    num_bits: u64,
-    sealed: bool,
-) -> Result<(), DecodeError> {
-    if items > num_bits {
-        return Err(DecodeError::Inconsistent(
-            "a stage counts more keys than it has bits",
-        ));
-    }
-    if sealed && items < capacity.min(num_bits) {
-        return Err(DecodeError::Inconsistent(
-            "a stage below its capacity is followed by another stage",
-        ));
-    }
-    Ok(())
-}
-
-fn wrong_kind(found: Kind) -> DecodeError {
-    DecodeError::WrongKind {
-        expected: Kind::Scalable.name(),
-        found: found.name(),
-    }
 }
 
 impl fmt::Debug for ScalableBloomFilter {
@@ -847,16 +620,5 @@ mod tests {
         let back = ScalableBloomFilter::from_bytes(&f.to_bytes()).unwrap();
         assert_eq!(back.len(), bits);
         assert!(back.contains(&1u64));
-    }
-
-    #[test]
-    fn a_stage_with_fewer_bits_than_keys_is_sealed_once_its_bits_are_counted() {
-        // capacity 1000 over 600 bits: its count can never legitimately exceed 600.
-        assert!(check_stage_items(600, 1_000, 600, true).is_ok());
-        assert!(check_stage_items(599, 1_000, 600, true).is_err());
-        assert!(check_stage_items(601, 1_000, 600, false).is_err());
-        assert!(check_stage_items(100, 100, 1_000, true).is_ok());
-        assert!(check_stage_items(99, 100, 1_000, true).is_err());
-        assert!(check_stage_items(0, 100, 1_000, false).is_ok());
     }
 }

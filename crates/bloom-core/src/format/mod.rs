@@ -1,0 +1,61 @@
+//! The file format: every byte layout is here, one file a part, in the order
+//! `docs/FORMAT.md` documents them:
+//!
+//! * `header.rs`: the 64 bytes every filter file starts with: [`MAGIC`], [`FORMAT_VERSION`],
+//!   the [`FilterKind`] and the layout at the same places in every kind, then six fields
+//!   each kind names;
+//! * `checksum.rs`: the one CRC-32C, which ends every container;
+//! * the containers: `words.rs` (a plain or counting filter's words), `stages.rs` (a
+//!   scalable filter's list of stages) and `label.rs` (a snapshot's label in front of a
+//!   filter of any kind, [`SNAPSHOT_MAGIC`]);
+//! * `any.rs`: reading a file of whichever kind; `peek.rs`: what a file is, from its first
+//!   bytes ([`peek`]).
+//!
+//! A filter kind only tells the format what its body holds: its settings, and its words or
+//! its stages. Every writer streams, checksumming as it goes: no file is built in memory
+//! before it is written.
+//!
+//! ```
+//! use bloom_core::format::{FilterKind, peek};
+//!
+//! let bytes = bloom_core::ScalableBloomFilter::new(1_000, 0.01)?.to_bytes();
+//! assert_eq!(peek(&bytes)?.kind, FilterKind::Scalable);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::io::{self, Read};
+
+mod any;
+mod checksum;
+mod error;
+mod header;
+mod label;
+mod peek;
+mod stages;
+#[cfg(test)]
+mod tests;
+mod words;
+
+pub use error::DecodeError;
+pub use header::{FORMAT_VERSION, FilterKind, MAGIC};
+pub use label::SNAPSHOT_MAGIC;
+pub use peek::{FileInfo, peek};
+
+#[cfg(test)]
+pub(crate) use header::KIND_OFFSET;
+pub(crate) use words::WordBody;
+
+/// Fills as much of `buf` as the reader has; returns how much (less than `buf.len()` only at
+/// end of input).
+pub(crate) fn read_up_to<R: Read + ?Sized>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match r.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}

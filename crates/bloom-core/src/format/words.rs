@@ -1,0 +1,301 @@
+//! Kinds 0 and 1, a plain or counting filter: the header, the body's 64-bit words, and a
+//! CRC-32C over both. A file is exactly `64 + 8·W + 4` bytes.
+
+use std::io::{self, Read, Write};
+
+use super::checksum::{CHECKSUM_LEN, Digest, Summed, checksum, digest};
+use super::header::{FilterKind, HEADER_LEN, WordsHeader};
+use super::{DecodeError, read_up_to};
+use crate::builder::Parts;
+use crate::{BloomFilter, CountingBloomFilter};
+
+/// Bytes written or read at a time: a huge filter's body goes through this, never whole.
+const CHUNK: usize = 64 * 1024;
+
+/// What a plain or counting filter tells the format about itself: its settings (the header)
+/// and its words (the body). The format does the rest.
+pub(crate) trait WordBody: Sized {
+    /// The kind byte its files carry.
+    const KIND: FilterKind;
+    /// Slots one 64-bit word holds: W = ceil(m / this).
+    const SLOTS_PER_WORD: u64;
+    /// Its settings.
+    fn parts(&self) -> Parts;
+    /// Its W words, first to last; slot `i` is in word `i / SLOTS_PER_WORD`, least
+    /// significant first, and slots at and above m are 0.
+    fn body_words(&self) -> impl Iterator<Item = u64> + '_;
+    /// The filter `parts` and `words` describe, both validated.
+    fn from_body(parts: Parts, words: Vec<u64>) -> Self;
+}
+
+fn header_of<F: WordBody>(filter: &F) -> WordsHeader {
+    WordsHeader::new(F::KIND, F::SLOTS_PER_WORD, filter.parts())
+}
+
+/// Bytes of the complete file.
+fn file_len(header: &WordsHeader) -> u64 {
+    (HEADER_LEN + CHECKSUM_LEN) as u64 + header.num_words * 8
+}
+
+fn to_bytes<F: WordBody>(filter: &F) -> Vec<u8> {
+    let header = header_of(filter);
+    let mut out = Vec::with_capacity(file_len(&header) as usize);
+    write_words(&mut out, &header, filter.body_words()).expect("a Vec takes every write");
+    out
+}
+
+/// Writes `filter`'s file to `w` (a scalable filter's stages come through here too).
+pub(crate) fn write_to<F: WordBody, W: Write + ?Sized>(filter: &F, w: &mut W) -> io::Result<()> {
+    write_words(w, &header_of(filter), filter.body_words())
+}
+
+/// Bytes of `filter`'s file, without writing it.
+pub(crate) fn encoded_len<F: WordBody>(filter: &F) -> u64 {
+    file_len(&header_of(filter))
+}
+
+fn write_words<W: Write + ?Sized>(
+    w: &mut W,
+    header: &WordsHeader,
+    words: impl Iterator<Item = u64>,
+) -> io::Result<()> {
+    let mut out = Summed::new(w);
+    out.write_all(&header.encode())?;
+    let chunk_len = (header.num_words as usize * 8).min(CHUNK);
+    let mut buf = Vec::with_capacity(chunk_len);
+    for word in words {
+        buf.extend_from_slice(&word.to_le_bytes());
+        if buf.len() >= chunk_len {
+            out.write_all(&buf)?;
+            buf.clear();
+        }
+    }
+    out.write_all(&buf)?;
+    out.finish()
+}
+
+/// Parses exactly `bytes` as a file of `F`'s kind.
+pub(crate) fn from_bytes<F: WordBody>(bytes: &[u8]) -> Result<F, DecodeError> {
+    let header = WordsHeader::decode(bytes, F::KIND, F::SLOTS_PER_WORD)?;
+    let needed = file_len(&header);
+    let available = bytes.len() as u64;
+    if available < needed {
+        return Err(DecodeError::Truncated { needed, available });
+    }
+    if available > needed {
+        return Err(DecodeError::TrailingBytes {
+            extra: available - needed,
+        });
+    }
+    let body_end = bytes.len() - CHECKSUM_LEN;
+    let stored = u32::from_le_bytes(bytes[body_end..].try_into().unwrap());
+    let computed = checksum(&bytes[..body_end]);
+    if stored != computed {
+        return Err(DecodeError::ChecksumMismatch { stored, computed });
+    }
+    let words: Vec<u64> = bytes[HEADER_LEN..body_end]
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    check_tail::<F>(&header, &words)?;
+    Ok(F::from_body(header.parts, words))
+}
+
+/// Reads one file of `F`'s kind from `r`, which must end right after it. The words grow only
+/// as data arrives, so a header that claims a huge filter cannot make it allocate more than
+/// the input backs.
+fn read_from<F: WordBody, R: Read + ?Sized>(r: &mut R) -> Result<F, DecodeError> {
+    let mut header_bytes = [0u8; HEADER_LEN];
+    let got = read_up_to(r, &mut header_bytes)?;
+    let header = WordsHeader::decode(&header_bytes[..got], F::KIND, F::SLOTS_PER_WORD)?;
+    let needed = file_len(&header);
+    let mut digest = digest();
+    digest.update(&header_bytes);
+
+    let mut words: Vec<u64> = Vec::new();
+    let mut chunk = vec![0u8; CHUNK];
+    let mut remaining = header.num_words * 8;
+    while remaining > 0 {
+        let want = remaining.min(chunk.len() as u64) as usize;
+        let got = read_up_to(r, &mut chunk[..want])?;
+        if got < want {
+            let available = needed - remaining - CHECKSUM_LEN as u64 + got as u64;
+            return Err(DecodeError::Truncated { needed, available });
+        }
+        digest_words(&mut digest, &chunk[..got], &mut words);
+        remaining -= got as u64;
+    }
+    let mut trailer = [0u8; CHECKSUM_LEN];
+    let got = read_up_to(r, &mut trailer)?;
+    if got < CHECKSUM_LEN {
+        return Err(DecodeError::Truncated {
+            needed,
+            available: needed - (CHECKSUM_LEN - got) as u64,
+        });
+    }
+    let stored = u32::from_le_bytes(trailer);
+    let computed = digest.finalize();
+    if stored != computed {
+        return Err(DecodeError::ChecksumMismatch { stored, computed });
+    }
+    if read_up_to(r, &mut [0u8; 1])? != 0 {
+        return Err(DecodeError::TrailingBytes { extra: 1 });
+    }
+    check_tail::<F>(&header, &words)?;
+    Ok(F::from_body(header.parts, words))
+}
+
+fn digest_words(digest: &mut Digest, bytes: &[u8], words: &mut Vec<u64>) {
+    digest.update(bytes);
+    words.extend(
+        bytes
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap())),
+    );
+}
+
+/// Slots past m in the last word are never set by this crate; set ones mean the file was not
+/// written by it (or was corrupted before its checksum was computed).
+fn check_tail<F: WordBody>(header: &WordsHeader, words: &[u64]) -> Result<(), DecodeError> {
+    let used_bits = (header.parts.slots % F::SLOTS_PER_WORD) * (64 / F::SLOTS_PER_WORD);
+    match words.last() {
+        Some(last) if used_bits != 0 && last >> used_bits != 0 => Err(DecodeError::Inconsistent(
+            "slots set beyond the filter's last slot",
+        )),
+        _ => Ok(()),
+    }
+}
+
+impl BloomFilter {
+    /// The filter in the file format (see `docs/FORMAT.md`). It contains the secret hash
+    /// key: store it like a credential.
+    ///
+    /// ```
+    /// use bloom_core::BloomFilter;
+    ///
+    /// let f = BloomFilter::new(1_000, 0.01)?;
+    /// f.insert("a");
+    /// let copy = BloomFilter::from_bytes(&f.to_bytes())?;
+    /// assert!(copy.contains("a"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn to_bytes(&self) -> Vec<u8> {
+        to_bytes(self)
+    }
+
+    /// Writes [`to_bytes`](Self::to_bytes)'s output to `w` without building it in memory.
+    ///
+    /// ```
+    /// use bloom_core::BloomFilter;
+    ///
+    /// let f = BloomFilter::new(1_000, 0.01)?;
+    /// let mut file = Vec::new();
+    /// f.write_to(&mut file)?;
+    /// assert_eq!(file, f.to_bytes());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn write_to<W: Write + ?Sized>(&self, w: &mut W) -> io::Result<()> {
+        write_to(self, w)
+    }
+
+    /// Reads a filter from exactly `bytes`; any defect is a distinct [`DecodeError`].
+    ///
+    /// ```
+    /// use bloom_core::{BloomFilter, DecodeError};
+    ///
+    /// let bytes = BloomFilter::new(1_000, 0.01)?.to_bytes();
+    /// assert!(BloomFilter::from_bytes(&bytes).is_ok());
+    /// assert!(matches!(
+    ///     BloomFilter::from_bytes(&bytes[..100]),
+    ///     Err(DecodeError::Truncated { .. })
+    /// ));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, DecodeError> {
+        from_bytes(bytes)
+    }
+
+    /// Reads one filter from `r`, which must hold exactly one filter: bytes after it are an
+    /// error ([`DecodeError::TrailingBytes`]). Memory grows only as data arrives, so a
+    /// header that claims a huge filter cannot make it allocate more than the input backs.
+    ///
+    /// ```
+    /// use bloom_core::BloomFilter;
+    ///
+    /// let f = BloomFilter::new(1_000, 0.01)?;
+    /// let mut bytes = f.to_bytes();
+    /// let copy = BloomFilter::read_from(&mut bytes.as_slice())?;
+    /// assert_eq!(copy.num_bits(), f.num_bits());
+    /// bytes.push(0);
+    /// assert!(BloomFilter::read_from(&mut bytes.as_slice()).is_err()); // trailing byte
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn read_from<R: Read + ?Sized>(r: &mut R) -> Result<Self, DecodeError> {
+        read_from(r)
+    }
+}
+
+impl CountingBloomFilter {
+    /// The filter in the file format, kind "counting" (see `docs/FORMAT.md`).
+    ///
+    /// ```
+    /// use bloom_core::CountingBloomFilter;
+    ///
+    /// let f = CountingBloomFilter::new(1_000, 0.01)?;
+    /// f.insert("a");
+    /// let copy = CountingBloomFilter::from_bytes(&f.to_bytes())?;
+    /// assert!(copy.contains("a"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn to_bytes(&self) -> Vec<u8> {
+        to_bytes(self)
+    }
+
+    /// Writes [`to_bytes`](Self::to_bytes)'s output to `w`.
+    ///
+    /// ```
+    /// use bloom_core::CountingBloomFilter;
+    ///
+    /// let f = CountingBloomFilter::new(1_000, 0.01)?;
+    /// let mut file = Vec::new();
+    /// f.write_to(&mut file)?;
+    /// assert_eq!(file, f.to_bytes());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn write_to<W: Write + ?Sized>(&self, w: &mut W) -> io::Result<()> {
+        write_to(self, w)
+    }
+
+    /// Reads a counting filter from exactly `bytes`.
+    ///
+    /// ```
+    /// use bloom_core::CountingBloomFilter;
+    ///
+    /// let f = CountingBloomFilter::new(1_000, 0.01)?;
+    /// f.insert("a");
+    /// let copy = CountingBloomFilter::from_bytes(&f.to_bytes())?;
+    /// assert!(copy.remove("a"));
+    /// // A plain filter's file is refused: it has no counters.
+    /// let plain = bloom_core::BloomFilter::new(1_000, 0.01)?;
+    /// assert!(CountingBloomFilter::from_bytes(&plain.to_bytes()).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, DecodeError> {
+        from_bytes(bytes)
+    }
+
+    /// Reads one counting filter from `r`, which must end right after it.
+    ///
+    /// ```
+    /// use bloom_core::CountingBloomFilter;
+    ///
+    /// let f = CountingBloomFilter::new(1_000, 0.01)?;
+    /// let bytes = f.to_bytes();
+    /// let copy = CountingBloomFilter::read_from(&mut bytes.as_slice())?;
+    /// assert_eq!(copy.num_slots(), f.num_slots());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn read_from<R: Read + ?Sized>(r: &mut R) -> Result<Self, DecodeError> {
+        read_from(r)
+    }
+}
