@@ -7,7 +7,6 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use bloom_tower::key_source::KeySource;
-use futures_util::StreamExt;
 
 use super::segments::Pass;
 use super::{Inner, lock, now_ms};
@@ -119,28 +118,10 @@ impl Inner {
 
         // Stream the source into the new generation.
         let next = self.filter_of(generation).ok_or(Error::Fenced)?;
-        let mut keys = std::pin::pin!(source.keys());
-        let mut read = 0u64;
-        loop {
-            // One `match` on the awaited item, so that no key (whose error type need not be
-            // `Send`) is alive across the yield below.
-            match keys.next().await {
-                None => break,
-                Some(Ok(key)) => {
-                    next.insert(&key);
-                }
-                Some(Err(error)) => {
-                    return Err(Error::Source {
-                        keys: read,
-                        source: error.into(),
-                    });
-                }
-            }
-            read += 1;
-            if read % 4096 == 0 {
-                tokio::task::yield_now().await;
-            }
-        }
+        let read = next
+            .fill_from(source)
+            .await
+            .map_err(|(keys, source)| Error::Source { keys, source })?;
         self.check_size(&next, force)?;
         drop(next);
 

@@ -7,18 +7,16 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::Ordering::Relaxed;
 
 use bloom_core::{AnyFilter, Key};
 use futures_core::Stream;
 use futures_util::StreamExt;
-use tokio::sync::OwnedMutexGuard;
 
-use super::rebuild::{Finished, Reloaded, Slot};
+use super::pipeline::{Count, Run};
+use super::rebuild::Reloaded;
 use super::{CurrentFilter, Generation, SharedFilter};
-use crate::key::{AnyKey, KeyFor};
+use crate::key::KeyFor;
 use crate::key_source::{BoxError, KeySource};
-use crate::stats::RebuildOutcome;
 
 /// A function [`SharedFilter::insert`] calls with the inserted key's bytes
 /// ([`Key::key_bytes`](bloom_core::Key::key_bytes)); see [`SharedFilter::set_insert_hook`].
@@ -156,14 +154,9 @@ impl<K: ?Sized> SharedFilter<K> {
         let slot = Arc::clone(&self.shared.rebuild)
             .try_lock_owned()
             .map_err(|_| AlreadyBuilding)?;
-        let next = Arc::new(self.shared.next_generation(next.into()));
-        *self.shared.write_building() = Some(Arc::clone(&next));
-        Ok(Building {
-            filter: self.untyped(),
-            next,
-            slot: Some(slot),
-            started: std::time::Instant::now(),
-        })
+        let run = Run::new(Arc::clone(&self.shared), slot, false);
+        let next = run.publish(next.into());
+        Ok(Building { run, next })
     }
 }
 
@@ -297,11 +290,9 @@ pub trait ExternalRebuild: Send + Sync {
 /// A rebuild started by [`SharedFilter::start_building`]: every insert also writes
 /// [`filter`](Self::filter) until [`finish`](Self::finish) swaps it in or the value is dropped.
 pub struct Building {
-    filter: SharedFilter<AnyKey>,
+    /// Dropped unfinished, it abandons the rebuild.
+    run: Run,
     next: Arc<Generation>,
-    slot: Option<OwnedMutexGuard<Slot>>,
-    /// For the rebuild-duration histogram.
-    started: std::time::Instant,
 }
 
 impl Building {
@@ -317,41 +308,8 @@ impl Building {
     }
 
     /// Swaps the built filter in: from now on it serves, and inserts write it alone.
-    pub fn finish(mut self) {
-        let shared = &*self.filter.shared;
-        {
-            let mut building = shared.write_building();
-            shared.current.store(Arc::clone(&self.next));
-            *building = None;
-        }
-        // Counted from the bits: keys merged in from elsewhere were not counted on insert.
-        let estimate = self.next.filter.estimated_items().round() as u64;
-        self.next.items.store(estimate, Relaxed);
-        shared
-            .counters
-            .rebuild_finished(&shared.name, RebuildOutcome::Ok);
-        shared
-            .counters
-            .rebuilt_in(&shared.name, self.started.elapsed());
-        shared.counters.keys(&shared.name, estimate);
-        if let Some(mut slot) = self.slot.take() {
-            slot.last = Some(Finished::Rebuilt { keys: estimate });
-        }
-    }
-}
-
-impl Drop for Building {
-    fn drop(&mut self) {
-        if let Some(mut slot) = self.slot.take() {
-            // Abandoned: stop writing a filter that will never serve; every insert also went
-            // into the serving one.
-            *self.filter.shared.write_building() = None;
-            let shared = &*self.filter.shared;
-            shared
-                .counters
-                .rebuild_finished(&shared.name, RebuildOutcome::Cancelled);
-            slot.last = Some(Finished::Cancelled);
-        }
+    pub fn finish(self) {
+        self.run.swap_in(&self.next, Count::FromBits);
     }
 }
 
@@ -369,6 +327,7 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
+    use crate::key::AnyKey;
 
     fn seeded() -> BloomFilter {
         BloomFilter::builder()

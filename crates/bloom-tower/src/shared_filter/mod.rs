@@ -62,6 +62,7 @@
 mod accuracy;
 mod external;
 mod pending;
+mod pipeline;
 mod rebuild;
 mod remote;
 mod saturation;
@@ -162,7 +163,7 @@ struct Shared {
     /// The filter a running rebuild is filling. See the module docs for why a lock.
     building: RwLock<Option<Arc<Generation>>>,
     /// Held for a whole rebuild (or an external [`Building`]): one at a time.
-    rebuild: Arc<tokio::sync::Mutex<rebuild::Slot>>,
+    rebuild: Arc<tokio::sync::Mutex<pipeline::Slot>>,
     /// Called with every inserted key's bytes, after the local writes (see
     /// [`SharedFilter::set_insert_hook`]).
     hook: ArcSwapOption<InsertHook>,
@@ -798,7 +799,7 @@ impl<K: ?Sized> SharedFilterBuilder<K> {
             name: self.name.unwrap_or(Cow::Borrowed("default")),
             current: ArcSwap::from_pointee(generation),
             building: RwLock::new(None),
-            rebuild: Arc::new(tokio::sync::Mutex::new(rebuild::Slot::default())),
+            rebuild: Arc::new(tokio::sync::Mutex::new(pipeline::Slot::default())),
             hook: ArcSwapOption::empty(),
             rejection_override: ArcSwapOption::empty(),
             commit_hook: ArcSwapOption::empty(),

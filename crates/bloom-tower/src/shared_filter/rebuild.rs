@@ -2,37 +2,16 @@
 
 use std::error::Error;
 use std::fmt;
-use std::pin::pin;
 use std::sync::{Arc, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use bloom_core::Key;
-use futures_core::Stream;
-use futures_util::StreamExt;
-use tokio::sync::{MutexGuard, Notify};
+use tokio::sync::{Notify, OwnedMutexGuard};
 use tokio::task::JoinHandle;
 
-use super::{ErasedKeySource, Generation, Shared, SharedFilter};
+use super::pipeline::{Count, Finished, Run, Slot, fill};
+use super::{ErasedKeySource, SharedFilter};
 use crate::key::{AnyKey, KeyFor};
 use crate::key_source::{BoxError, KeySource};
-use crate::stats::RebuildOutcome;
-
-/// Keys streamed between two yields to the scheduler: an in-memory source is always ready,
-/// and a rebuild of millions of keys must not hold a worker thread for its whole length.
-const YIELD_EVERY: u64 = 4096;
-
-/// How the last rebuild ended; read by callers that waited for it.
-#[derive(Default)]
-pub(super) struct Slot {
-    pub(super) last: Option<Finished>,
-}
-
-#[derive(Clone)]
-pub(super) enum Finished {
-    Rebuilt { keys: u64 },
-    Failed(Arc<str>),
-    Cancelled,
-}
 
 /// What a successful [`SharedFilter::reload_from`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -132,64 +111,6 @@ impl fmt::Display for Chain<'_> {
     }
 }
 
-/// One running rebuild. Dropping it (on error, or with the future) unpublishes the filter
-/// being built and records the outcome for callers waiting on the slot.
-struct Run<'a> {
-    shared: &'a Shared,
-    slot: MutexGuard<'a, Slot>,
-    finished: Finished,
-}
-
-impl Drop for Run<'_> {
-    fn drop(&mut self) {
-        // After a swap `building` is already `None`; otherwise this is what makes a failed or
-        // cancelled rebuild harmless: inserts stop writing a filter that will never serve, and
-        // every one of them also went into the serving filter.
-        *self.shared.write_building() = None;
-        let outcome = match self.finished {
-            Finished::Rebuilt { .. } => RebuildOutcome::Ok,
-            Finished::Failed(_) => RebuildOutcome::Error,
-            Finished::Cancelled => RebuildOutcome::Cancelled,
-        };
-        if let Finished::Cancelled = self.finished {
-            tracing::debug!(filter = %self.shared.name, "rebuild dropped midway; the previous filter keeps serving");
-        }
-        self.shared
-            .counters
-            .rebuild_finished(&self.shared.name, outcome);
-        self.slot.last = Some(self.finished.clone());
-    }
-}
-
-/// Streams `keys` into `generation`, yielding to the scheduler every [`YIELD_EVERY`] keys:
-/// how many were read, or how many before the source's error (and the error).
-pub(super) async fn fill<K, E>(
-    generation: &Generation,
-    keys: impl Stream<Item = Result<K, E>>,
-) -> Result<u64, (u64, BoxError)>
-where
-    K: Key,
-    E: Into<BoxError>,
-{
-    let mut keys = pin!(keys);
-    let mut read = 0u64;
-    loop {
-        // Matched in place, so no key or error is held across the yield below (they need
-        // not be `Send`).
-        match keys.next().await {
-            None => return Ok(read),
-            Some(Ok(key)) => {
-                generation.insert(&key);
-            }
-            Some(Err(error)) => return Err((read, error.into())),
-        }
-        read += 1;
-        if read % YIELD_EVERY == 0 {
-            tokio::task::yield_now().await;
-        }
-    }
-}
-
 impl<K: ?Sized> SharedFilter<K> {
     /// Rebuilds the filter from `source` and swaps it in atomically.
     ///
@@ -226,10 +147,10 @@ impl<K: ?Sized> SharedFilter<K> {
         }
         let counters = &self.shared.counters;
         let finished_before = counters.finished_rebuilds();
-        let slot = match self.shared.rebuild.try_lock() {
+        let slot = match Arc::clone(&self.shared.rebuild).try_lock_owned() {
             Ok(slot) => slot,
             Err(_) => {
-                let slot = self.shared.rebuild.lock().await;
+                let slot = Arc::clone(&self.shared.rebuild).lock_owned().await;
                 // Join only a rebuild that ended after this call began (the one it waited
                 // for), and only if it did its job.
                 let waited = counters.finished_rebuilds() != finished_before;
@@ -250,31 +171,18 @@ impl<K: ?Sized> SharedFilter<K> {
 
     async fn rebuild_holding<S>(
         &self,
-        slot: MutexGuard<'_, Slot>,
+        slot: OwnedMutexGuard<Slot>,
         source: &S,
     ) -> Result<Reloaded, ReloadError>
     where
         S: KeySource + ?Sized,
     {
         let shared = &*self.shared;
-        let started = Instant::now();
-        let mut run = Run {
-            shared,
-            slot,
-            finished: Finished::Cancelled,
-        };
+        let run = Run::new(Arc::clone(&self.shared), slot, true);
         let next = match shared.next_filter(source.count_hint()) {
-            Ok(filter) => Arc::new(shared.next_generation(filter)),
-            Err(error) => {
-                let error = ReloadError(Repr::Size(error));
-                run.finished = Finished::Failed(Chain(&error).to_string().into());
-                return Err(error);
-            }
+            Ok(filter) => run.publish(filter),
+            Err(error) => return Err(run.fail(ReloadError(Repr::Size(error)))),
         };
-
-        // Publish: from here on every insert also writes `next`. Taking the write lock waits
-        // out inserts that started before, so each of them returns before `keys()` is called.
-        *shared.write_building() = Some(Arc::clone(&next));
 
         // Before `keys()`: whatever the source adds after this is in `keys_since(watermark)`,
         // whatever it added before is in `keys()`, so a snapshot of `next` labelled with it
@@ -282,48 +190,28 @@ impl<K: ?Sized> SharedFilter<K> {
         let watermark = match source.watermark().await {
             Ok(watermark) => watermark,
             Err(error) => {
-                let error = ReloadError(Repr::Source {
-                    keys: 0,
-                    source: error.into(),
-                });
-                run.finished = Finished::Failed(Chain(&error).to_string().into());
-                return Err(error);
+                let source = error.into();
+                return Err(run.fail(ReloadError(Repr::Source { keys: 0, source })));
             }
         };
 
         let read = match fill(&next, source.keys()).await {
             Ok(read) => read,
-            Err((keys, source)) => {
-                let error = ReloadError(Repr::Source { keys, source });
-                run.finished = Finished::Failed(Chain(&error).to_string().into());
-                return Err(error);
-            }
+            Err((keys, source)) => return Err(run.fail(ReloadError(Repr::Source { keys, source }))),
         };
 
-        // Swap, under the write lock: no insert is between writing the old filter and
-        // reading `building` while this happens.
         next.set_watermark(watermark);
-        let replaced = {
-            let mut building = shared.write_building();
-            let replaced = shared.current.swap(Arc::clone(&next));
-            *building = None;
-            replaced
-        };
-        run.finished = Finished::Rebuilt { keys: read };
-        drop(run);
-        if replaced.verifying {
+        let swapped = run.swap_in(&next, Count::Read(read));
+        if swapped.replaced.verifying {
             shared.counters.verifying(&shared.name, false);
             tracing::info!(filter = %shared.name, keys = read, "rebuilt the filter; it rejects absent keys again");
         }
 
-        let elapsed = started.elapsed();
-        shared.counters.rebuilt_in(&shared.name, elapsed);
+        let (items, elapsed) = (swapped.items, swapped.elapsed);
         *shared
             .last_rebuild
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some((read, elapsed));
-        let items = next.items.load(std::sync::atomic::Ordering::Relaxed);
-        shared.counters.keys(&shared.name, items);
         tracing::debug!(filter = %shared.name, keys = read, ?elapsed, "rebuilt the filter");
         // A source with no count hint can hold more keys than the configured capacity.
         if next.is_over_capacity(items) {

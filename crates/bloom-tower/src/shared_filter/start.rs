@@ -10,7 +10,8 @@ use std::io;
 
 use bloom_core::{AnyFilter, Snapshot};
 
-use super::rebuild::{Chain, ReloadError, Reloaded, fill};
+use super::pipeline::fill;
+use super::rebuild::{Chain, ReloadError, Reloaded};
 use super::snapshot::{self, SnapshotError};
 use super::{Generation, SharedFilter, SharedFilterBuilder};
 use crate::key::KeyFor;
