@@ -174,64 +174,34 @@ impl<K, E> Stream for NoKeys<K, E> {
     }
 }
 
-impl<T: Key + Sync> KeySource for [T] {
-    type Key = T;
-    type Error = Infallible;
+/// The in-memory collections: every element, in iteration order; the count is the length.
+macro_rules! collection_source {
+    ($(impl<$($param:ident $(: $bound:path)?),*> for $collection:ty;)*) => {$(
+        impl<$($param $(: $bound)?),*> KeySource for $collection
+        where
+            T: Key + Sync,
+        {
+            type Key = T;
+            type Error = Infallible;
 
-    fn keys(
-        &self,
-    ) -> impl Stream<Item = Result<impl KeyFor<T> + Send + '_, Infallible>> + Send + '_ {
-        stream::iter(self.iter().map(Ok))
-    }
+            fn keys(
+                &self,
+            ) -> impl Stream<Item = Result<impl KeyFor<T> + Send + '_, Infallible>> + Send + '_ {
+                stream::iter(self.iter().map(Ok))
+            }
 
-    fn count_hint(&self) -> Option<u64> {
-        Some(self.len() as u64)
-    }
+            fn count_hint(&self) -> Option<u64> {
+                Some(self.len() as u64)
+            }
+        }
+    )*};
 }
 
-impl<T: Key + Sync> KeySource for Vec<T> {
-    type Key = T;
-    type Error = Infallible;
-
-    fn keys(
-        &self,
-    ) -> impl Stream<Item = Result<impl KeyFor<T> + Send + '_, Infallible>> + Send + '_ {
-        self.as_slice().keys()
-    }
-
-    fn count_hint(&self) -> Option<u64> {
-        Some(self.len() as u64)
-    }
-}
-
-impl<T: Key + Sync, S: Sync> KeySource for HashSet<T, S> {
-    type Key = T;
-    type Error = Infallible;
-
-    fn keys(
-        &self,
-    ) -> impl Stream<Item = Result<impl KeyFor<T> + Send + '_, Infallible>> + Send + '_ {
-        stream::iter(self.iter().map(Ok))
-    }
-
-    fn count_hint(&self) -> Option<u64> {
-        Some(self.len() as u64)
-    }
-}
-
-impl<T: Key + Sync> KeySource for BTreeSet<T> {
-    type Key = T;
-    type Error = Infallible;
-
-    fn keys(
-        &self,
-    ) -> impl Stream<Item = Result<impl KeyFor<T> + Send + '_, Infallible>> + Send + '_ {
-        stream::iter(self.iter().map(Ok))
-    }
-
-    fn count_hint(&self) -> Option<u64> {
-        Some(self.len() as u64)
-    }
+collection_source! {
+    impl<T> for [T];
+    impl<T> for Vec<T>;
+    impl<T, S: Sync> for HashSet<T, S>;
+    impl<T> for BTreeSet<T>;
 }
 
 macro_rules! forward_source {
