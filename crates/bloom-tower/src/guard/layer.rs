@@ -57,8 +57,8 @@ impl<K: ?Sized, E, R, M> BloomGuard<K, E, R, M> {
 
     /// Include the key in the `debug` event logged for each rejection (text keys as text,
     /// others in hex). Off by default: keys can be personal data (emails, user names).
-    /// Services made from the guard from then on log keys; the counts go on, shared with the
-    /// clones made before.
+    /// It applies to the services made from this guard from then on; the counts go on,
+    /// shared with the clones made before.
     pub fn log_rejected_keys(mut self, on: bool) -> Self {
         self.reporting.log_rejected_keys = on;
         self
