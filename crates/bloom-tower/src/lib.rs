@@ -6,6 +6,8 @@
 #[cfg_attr(docsrs, doc(cfg(feature = "admin")))]
 pub mod admin;
 #[cfg(any(feature = "guarded-cache", feature = "response-cache"))]
+mod cache_settings;
+#[cfg(any(feature = "guarded-cache", feature = "response-cache"))]
 mod flight;
 pub mod guard;
 #[cfg(feature = "guarded-cache")]

@@ -235,8 +235,8 @@ impl Admin {
     /// If a guard of the same name is registered already (unnamed guards are all
     /// `"default"`: name them with [`BloomGuard::name`]).
     pub fn guard<K: ?Sized, E, R, M>(mut self, guard: &BloomGuard<K, E, R, M>) -> Self {
-        let counters = guard.counters();
-        let name = counters.name().to_owned();
+        let (name, counters) = guard.counters();
+        let name = name.to_owned();
         assert!(
             self.guards.iter().all(|entry| entry.name != name),
             "admin: a guard named {name:?} is registered already; give each BloomGuard its own name",

@@ -5,22 +5,23 @@ use std::sync::Arc;
 use tower_layer::Layer;
 
 use super::BloomGuardService;
+use super::service::Reporting;
+use super::stats::{GuardCounters, GuardStats};
 use crate::reject::{NotFound, PassThrough, RejectedKey, RejectionHeader};
 use crate::shared_filter::SharedFilter;
-use crate::stats::{GuardCounters, GuardStats};
 
 /// Layer that guards a service with a [`SharedFilter`]; see the [module docs](crate::guard).
 ///
 /// `E` finds the key ([`KeyExtractor`](crate::KeyExtractor)), `R` answers for an absent key
 /// ([`OnReject`](crate::reject::OnReject)), `M` handles a request without a key
 /// ([`OnMissingKey`](crate::reject::OnMissingKey)). Every service made from one layer (and from its
-/// clones) shares its [`stats`](Self::stats).
+/// clones) shares its [`stats`](Self::stats), until a [rename](Self::name).
 pub struct BloomGuard<K: ?Sized, E, R = NotFound, M = PassThrough> {
     filter: SharedFilter<K>,
     extractor: E,
     on_reject: R,
     on_missing_key: M,
-    counters: Arc<GuardCounters>,
+    reporting: Reporting,
 }
 
 impl<K: ?Sized, E> BloomGuard<K, E> {
@@ -32,26 +33,34 @@ impl<K: ?Sized, E> BloomGuard<K, E> {
             extractor,
             on_reject: NotFound,
             on_missing_key: PassThrough,
-            counters: Arc::new(GuardCounters::new(Cow::Borrowed("default"), false)),
+            reporting: Reporting {
+                name: Cow::Borrowed("default"),
+                log_rejected_keys: false,
+                counters: Arc::default(),
+            },
         }
     }
 }
 
 impl<K: ?Sized, E, R, M> BloomGuard<K, E, R, M> {
-    /// Names the guard for logs and the `guard` metric label (`"default"` otherwise). Resets
-    /// the counters, so name it before use.
+    /// Names the guard for logs and the `guard` metric label (`"default"` otherwise).
+    ///
+    /// A name has counts of its own, so that [`stats`](Self::stats) always agrees with the
+    /// series labelled with that name: the renamed guard, and every service made from it from
+    /// then on, count from zero under the new name. Clones and services made before the
+    /// rename keep the old name and its counts. So name the guard before use.
     pub fn name(mut self, name: impl Into<Cow<'static, str>>) -> Self {
-        let log_keys = self.counters.log_keys();
-        self.counters = Arc::new(GuardCounters::new(name.into(), log_keys));
+        self.reporting.name = name.into();
+        self.reporting.counters = Arc::new(GuardCounters::default());
         self
     }
 
     /// Include the key in the `debug` event logged for each rejection (text keys as text,
     /// others in hex). Off by default: keys can be personal data (emails, user names).
-    /// Resets the counters, so set it before use.
+    /// It applies to the services made from this guard from then on; the counts go on,
+    /// shared with the clones made before.
     pub fn log_rejected_keys(mut self, on: bool) -> Self {
-        let name = Cow::Owned(self.counters.name().to_owned());
-        self.counters = Arc::new(GuardCounters::new(name, on));
+        self.reporting.log_rejected_keys = on;
         self
     }
 
@@ -74,7 +83,7 @@ impl<K: ?Sized, E, R, M> BloomGuard<K, E, R, M> {
             extractor: self.extractor,
             on_reject: reject,
             on_missing_key: self.on_missing_key,
-            counters: self.counters,
+            reporting: self.reporting,
         }
     }
 
@@ -119,7 +128,7 @@ impl<K: ?Sized, E, R, M> BloomGuard<K, E, R, M> {
             extractor: self.extractor,
             on_reject: RejectionHeader::new(self.on_reject, name),
             on_missing_key: self.on_missing_key,
-            counters: self.counters,
+            reporting: self.reporting,
         }
     }
 
@@ -132,13 +141,13 @@ impl<K: ?Sized, E, R, M> BloomGuard<K, E, R, M> {
             extractor: self.extractor,
             on_reject: self.on_reject,
             on_missing_key: policy,
-            counters: self.counters,
+            reporting: self.reporting,
         }
     }
 
     /// How many requests this guard has checked, passed, rejected, or found without a key.
     pub fn stats(&self) -> GuardStats {
-        self.counters.snapshot()
+        self.reporting.counters.snapshot()
     }
 
     /// The filter it guards with.
@@ -146,10 +155,11 @@ impl<K: ?Sized, E, R, M> BloomGuard<K, E, R, M> {
         &self.filter
     }
 
-    /// The counters every service made from this guard (and its clones) shares.
+    /// Its name, and the counters every service made from it (and from its clones) shares.
     #[cfg(feature = "admin")]
-    pub(crate) fn counters(&self) -> Arc<GuardCounters> {
-        Arc::clone(&self.counters)
+    pub(crate) fn counters(&self) -> (&str, Arc<GuardCounters>) {
+        let reporting = &self.reporting;
+        (&reporting.name, Arc::clone(&reporting.counters))
     }
 }
 
@@ -162,14 +172,14 @@ where
     type Service = BloomGuardService<S, K, E, R, M>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        BloomGuardService::from_parts(
+        BloomGuardService {
             inner,
-            self.filter.clone(),
-            self.extractor.clone(),
-            self.on_reject.clone(),
-            self.on_missing_key.clone(),
-            Arc::clone(&self.counters),
-        )
+            filter: self.filter.clone(),
+            extractor: self.extractor.clone(),
+            on_reject: self.on_reject.clone(),
+            on_missing_key: self.on_missing_key.clone(),
+            reporting: Arc::new(self.reporting.clone()),
+        }
     }
 }
 
@@ -180,7 +190,7 @@ impl<K: ?Sized, E: Clone, R: Clone, M: Clone> Clone for BloomGuard<K, E, R, M> {
             extractor: self.extractor.clone(),
             on_reject: self.on_reject.clone(),
             on_missing_key: self.on_missing_key.clone(),
-            counters: Arc::clone(&self.counters),
+            reporting: self.reporting.clone(),
         }
     }
 }
@@ -189,7 +199,7 @@ impl<K: ?Sized, E, R, M> fmt::Debug for BloomGuard<K, E, R, M> {
     /// Closures have no `Debug`: the extractor and policies are shown by type.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BloomGuard")
-            .field("name", &self.counters.name())
+            .field("name", &self.reporting.name)
             .field("filter", &self.filter)
             .field("key", &std::any::type_name::<K>())
             .field("extractor", &std::any::type_name::<E>())

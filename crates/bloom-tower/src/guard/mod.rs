@@ -100,8 +100,8 @@ mod diagnose;
 mod future;
 mod layer;
 mod service;
+pub(crate) mod stats;
 
-pub(crate) use diagnose::Diagnosis;
 pub use future::ResponseFuture;
 pub use layer::BloomGuard;
 pub use service::BloomGuardService;

@@ -1,3 +1,4 @@
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -6,40 +7,32 @@ use bloom_core::Key;
 use tower_service::Service;
 
 use super::ResponseFuture;
+use super::stats::{GuardCounters, GuardStats};
 use crate::key::{KeyExtractor, KeyFor};
 use crate::reject::{NotFound, OnMissingKey, OnReject, PassThrough, RejectedKey};
 use crate::shared_filter::SharedFilter;
-use crate::stats::{GuardCounters, GuardStats};
 
 /// The service made by [`BloomGuard`](crate::BloomGuard); see the [module docs](crate::guard).
 pub struct BloomGuardService<S, K: ?Sized, E, R = NotFound, M = PassThrough> {
-    inner: S,
-    filter: SharedFilter<K>,
-    extractor: E,
-    on_reject: R,
-    on_missing_key: M,
-    counters: Arc<GuardCounters>,
+    pub(super) inner: S,
+    pub(super) filter: SharedFilter<K>,
+    pub(super) extractor: E,
+    pub(super) on_reject: R,
+    pub(super) on_missing_key: M,
+    /// Behind one `Arc`: axum clones a route's service for every request.
+    pub(super) reporting: Arc<Reporting>,
+}
+
+/// What a guard reports its requests under: its configuration (name, key logging), kept by
+/// the layer, and the counts of that name, shared by the layer, its clones and services.
+#[derive(Clone)]
+pub(super) struct Reporting {
+    pub(super) name: Cow<'static, str>,
+    pub(super) log_rejected_keys: bool,
+    pub(super) counters: Arc<GuardCounters>,
 }
 
 impl<S, K: ?Sized, E, R, M> BloomGuardService<S, K, E, R, M> {
-    pub(super) fn from_parts(
-        inner: S,
-        filter: SharedFilter<K>,
-        extractor: E,
-        on_reject: R,
-        on_missing_key: M,
-        counters: Arc<GuardCounters>,
-    ) -> Self {
-        Self {
-            inner,
-            filter,
-            extractor,
-            on_reject,
-            on_missing_key,
-            counters,
-        }
-    }
-
     /// The inner service.
     pub fn get_ref(&self) -> &S {
         &self.inner
@@ -62,7 +55,7 @@ impl<S, K: ?Sized, E, R, M> BloomGuardService<S, K, E, R, M> {
 
     /// The counters of the [`BloomGuard`](crate::BloomGuard) it was made by.
     pub fn stats(&self) -> GuardStats {
-        self.counters.snapshot()
+        self.reporting.counters.snapshot()
     }
 }
 
@@ -87,25 +80,30 @@ where
     }
 
     fn call(&mut self, req: Req) -> Self::Future {
+        let Reporting {
+            name,
+            log_rejected_keys,
+            counters,
+        } = &*self.reporting;
         let answer = match self.extractor.extract(&req) {
             Some(key) if self.filter.admits(&key) => {
-                self.counters.passed();
+                counters.passed(name);
                 None
             }
             Some(key) => {
-                self.counters.rejected(&self.filter);
+                counters.rejected(name, &self.filter);
                 let bytes = key.key_bytes();
                 let key = RejectedKey::new(bytes.as_ref());
                 // The key only on request: keys can be personal data.
-                if self.counters.log_keys() {
-                    tracing::debug!(guard = %self.counters.name(), key = %key.for_log(), "rejected a request whose key is definitely absent");
+                if *log_rejected_keys {
+                    tracing::debug!(guard = %name, key = %key.for_log(), "rejected a request whose key is definitely absent");
                 } else {
-                    tracing::debug!(guard = %self.counters.name(), "rejected a request whose key is definitely absent");
+                    tracing::debug!(guard = %name, "rejected a request whose key is definitely absent");
                 }
                 Some(self.on_reject.on_reject(&req, key))
             }
             None => {
-                self.counters.missing_key();
+                counters.missing_key(name);
                 self.on_missing_key.on_missing_key(&req)
             }
         };
@@ -132,7 +130,7 @@ where
             extractor: self.extractor.clone(),
             on_reject: self.on_reject.clone(),
             on_missing_key: self.on_missing_key.clone(),
-            counters: Arc::clone(&self.counters),
+            reporting: Arc::clone(&self.reporting),
         }
     }
 }
@@ -141,7 +139,7 @@ impl<S: fmt::Debug, K: ?Sized, E, R, M> fmt::Debug for BloomGuardService<S, K, E
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BloomGuardService")
             .field("inner", &self.inner)
-            .field("name", &self.counters.name())
+            .field("name", &self.reporting.name)
             .field("filter", &self.filter)
             .field("extractor", &std::any::type_name::<E>())
             .field("on_reject", &std::any::type_name::<R>())

@@ -36,15 +36,20 @@ use remote::RemoteForgets;
 #[cfg(feature = "axum")]
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 pub use response::CacheResponse;
+use stats::CacheCounters;
 pub use stats::CacheStats;
-use stats::Counters;
 
 use crate::SharedFilter;
+use crate::cache_settings::CacheSettings;
 use crate::flight::{Flights, Role, wait};
 use crate::shared_filter::{AfterCommit, ForgetByDigest, PendingInsert};
 
 /// What a load hands to its waiters.
 type Outcome<V> = Result<Option<V>, ErasedError>;
+
+/// Each value lives a random 90–100% of the time to live (see
+/// [`GuardedCacheBuilder::time_to_live`]).
+const TTL_JITTER: f64 = 0.1;
 
 /// A cache in front of a loader (your database), guarded by a Bloom filter, that runs at
 /// most one load per key at a time. Cheap to clone: clones share everything.
@@ -89,7 +94,9 @@ struct Inner<K, V> {
     cache: moka::future::Cache<K, Entry<V>>,
     flights: Flights<(K, TypeId), Outcome<V>>,
     load_timeout: Option<Duration>,
-    counters: Counters,
+    /// The `cache` label of its series.
+    name: std::borrow::Cow<'static, str>,
+    counters: CacheCounters,
     /// Bumped by every invalidation, so a load that raced with one does not leave a stale
     /// entry behind (see `lead`).
     invalidations: AtomicU64,
@@ -121,12 +128,9 @@ impl<K, V> Clone for GuardedCache<K, V> {
 pub struct GuardedCacheBuilder<K, V> {
     _types: PhantomData<fn() -> (K, V)>,
     filter: SharedFilter<K>,
+    settings: CacheSettings,
     max_capacity: u64,
-    time_to_live: Duration,
-    ttl_jitter: f64,
-    negative_ttl: Duration,
     load_timeout: Option<Duration>,
-    name: std::borrow::Cow<'static, str>,
 }
 
 impl<K, V> GuardedCacheBuilder<K, V>
@@ -144,7 +148,7 @@ where
     /// Each entry lives a random 90–100% of it, so keys loaded together (a hot set after a
     /// deploy) do not all expire, and stampede the database, together.
     pub fn time_to_live(mut self, ttl: Duration) -> Self {
-        self.time_to_live = ttl;
+        self.settings.time_to_live = ttl;
         self
     }
 
@@ -152,7 +156,7 @@ where
     /// long a key created elsewhere without [`GuardedCache::invalidate`] (or, for another
     /// instance, [`SharedFilter::forget_remote`]) stays invisible.
     pub fn negative_ttl(mut self, ttl: Duration) -> Self {
-        self.negative_ttl = ttl;
+        self.settings.negative_ttl = ttl;
         self
     }
 
@@ -165,30 +169,36 @@ where
 
     /// The name used as the `cache` metric label; `"default"` by default.
     pub fn name(mut self, name: impl Into<std::borrow::Cow<'static, str>>) -> Self {
-        self.name = name.into();
+        self.settings.name = name.into();
         self
     }
 
     /// Builds the cache.
     pub fn build(self) -> GuardedCache<K, V> {
+        let CacheSettings {
+            name,
+            time_to_live,
+            negative_ttl,
+        } = self.settings;
         let expiry = JitteredExpiry {
-            ttl: self.time_to_live,
-            jitter: self.ttl_jitter,
-            negative_ttl: self.negative_ttl,
+            ttl: time_to_live,
+            negative_ttl,
         };
         let cache = moka::future::Cache::builder()
             .max_capacity(self.max_capacity)
             .expire_after(expiry)
             .build();
-        let counters = Counters::new(self.name, self.filter.untyped());
+        // From now on the filter's measured rate means something.
+        self.filter.reports_false_positives();
         let inner = Arc::new(Inner {
             filter: self.filter,
             cache,
             flights: Flights::new(),
             load_timeout: self.load_timeout,
-            counters,
+            name,
+            counters: CacheCounters::default(),
             invalidations: AtomicU64::new(0),
-            remote: RemoteForgets::new(self.negative_ttl),
+            remote: RemoteForgets::new(negative_ttl),
         });
         let forget: Weak<dyn ForgetByDigest> = Arc::downgrade(&inner) as Weak<_>;
         inner.filter.register_cache(forget);
@@ -198,14 +208,13 @@ where
 
 struct JitteredExpiry {
     ttl: Duration,
-    jitter: f64,
     negative_ttl: Duration,
 }
 
 impl JitteredExpiry {
     fn lifetime<V>(&self, value: &Option<V>) -> Duration {
         match value {
-            Some(_) => self.ttl.mul_f64(1.0 - self.jitter * fastrand::f64()),
+            Some(_) => self.ttl.mul_f64(1.0 - TTL_JITTER * fastrand::f64()),
             None => self.negative_ttl,
         }
     }
@@ -237,12 +246,9 @@ where
         GuardedCacheBuilder {
             _types: PhantomData,
             filter,
+            settings: CacheSettings::new(Duration::from_secs(300), Duration::from_secs(30)),
             max_capacity: 10_000,
-            time_to_live: Duration::from_secs(300),
-            ttl_jitter: 0.1,
-            negative_ttl: Duration::from_secs(30),
             load_timeout: Some(Duration::from_secs(10)),
-            name: "default".into(),
         }
     }
 
@@ -261,7 +267,7 @@ where
     {
         let inner = &*self.inner;
         if !inner.filter.contains(key) {
-            inner.counters.filter_rejections();
+            inner.counters.filter_rejection(&inner.name, &inner.filter);
             return Ok(None);
         }
         if let Some(entry) = self.cached(key).await {
@@ -297,11 +303,11 @@ where
                     break flight;
                 }
                 Role::Waiter(slot) => {
-                    inner.counters.coalesced_waiters();
+                    inner.counters.coalesced_waiter(&inner.name);
                     match wait(slot).await {
                         Some(outcome) => {
                             if let Ok(None) = outcome {
-                                inner.counters.false_positives();
+                                inner.counters.false_positive(&inner.name, &inner.filter);
                             }
                             return outcome.map_err(ErasedError::restore);
                         }
@@ -314,13 +320,13 @@ where
 
         let epoch = inner.invalidations.load(Ordering::SeqCst);
         let (since, began) = (inner.remote.epoch(), Instant::now());
-        inner.counters.loads();
+        inner.counters.load(&inner.name);
         let outcome = self.run_load(key.clone(), load).await;
-        inner.counters.load_took(began.elapsed());
+        inner.counters.load_took(&inner.name, began.elapsed());
         match &outcome {
             Ok(value) => {
                 if value.is_none() {
-                    inner.counters.false_positives();
+                    inner.counters.false_positive(&inner.name, &inner.filter);
                 }
                 // A create elsewhere that raced with this load: its "not found" is stale.
                 // (One forgotten during the insert below is caught by `since` on lookup.)
@@ -342,7 +348,7 @@ where
                     inner.cache.invalidate(key).await;
                 }
             }
-            Err(_) => inner.counters.load_errors(),
+            Err(_) => inner.counters.load_error(&inner.name),
         }
         flight.complete(outcome.clone().map_err(ErasedError::erase));
         outcome
@@ -366,15 +372,20 @@ where
 
     /// Counts a lookup answered by the cache: a value, or a negative entry.
     fn served_from_cache(&self, entry: Option<V>) -> Option<V> {
-        let counters = &self.inner.counters;
+        let Inner {
+            name,
+            counters,
+            filter,
+            ..
+        } = &*self.inner;
         match entry {
             Some(value) => {
-                counters.hits();
+                counters.hit(name);
                 Some(value)
             }
             None => {
-                counters.negative_hits();
-                counters.false_positives();
+                counters.negative_hit(name);
+                counters.false_positive(name, filter);
                 None
             }
         }
@@ -442,7 +453,7 @@ where
 
     /// Counters since the cache was built.
     pub fn stats(&self) -> CacheStats {
-        self.inner.counters.snapshot()
+        self.inner.counters.snapshot(&self.inner.filter)
     }
 
     /// Loads in flight right now (one per key): 0 when idle, whatever happened before.

@@ -1,12 +1,10 @@
-//! Counters of a [`GuardedCache`](super::GuardedCache), readable with `stats()` and mirrored
-//! to the `metrics` facade.
+//! [`CacheStats`] and the counters behind it, mirrored to the `metrics` facade (the
+//! `bloom_cache_*` series of [`crate::stats`]).
 
-use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use crate::SharedFilter;
-use crate::key::AnyKey;
 #[cfg(feature = "metrics")]
 use crate::stats::names;
 
@@ -40,13 +38,11 @@ pub struct CacheStats {
     pub measured_fpr: f64,
 }
 
-/// The counters behind [`CacheStats`], mirrored to the `metrics` facade.
-pub(crate) struct Counters {
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    name: Cow<'static, str>,
-    /// The filter the cache is guarded by: its rejections and false positives are counted
-    /// there too, where a guard's rejections meet them (see [`CacheStats::measured_fpr`]).
-    filter: SharedFilter<AnyKey>,
+/// The counters behind [`CacheStats`]. They hold no configuration: each event is passed the
+/// cache's name, which labels the series, and the filter the cache is guarded by, where
+/// rejections and false positives are counted too (see [`CacheStats::measured_fpr`]).
+#[derive(Default)]
+pub(crate) struct CacheCounters {
     filter_rejections: AtomicU64,
     hits: AtomicU64,
     negative_hits: AtomicU64,
@@ -54,8 +50,9 @@ pub(crate) struct Counters {
     load_errors: AtomicU64,
     coalesced_waiters: AtomicU64,
     false_positives: AtomicU64,
+    /// Registering a series looks it up in the recorder: done once, on the first lookup.
     #[cfg(feature = "metrics")]
-    handles: std::sync::OnceLock<CacheMetrics>,
+    metrics: std::sync::OnceLock<CacheMetrics>,
 }
 
 #[cfg(feature = "metrics")]
@@ -70,42 +67,14 @@ struct CacheMetrics {
     load_duration: metrics::Histogram,
 }
 
-macro_rules! event {
-    ($name:ident $(, then $after:ident)?) => {
-        pub(crate) fn $name(&self) {
-            self.$name.fetch_add(1, Relaxed);
-            #[cfg(feature = "metrics")]
-            self.metrics().$name.increment(1);
-            $(self.$after();)?
-        }
-    };
-}
-
-impl Counters {
-    pub(crate) fn new(name: Cow<'static, str>, filter: SharedFilter<AnyKey>) -> Self {
-        filter.reports_false_positives();
-        Self {
-            name,
-            filter,
-            filter_rejections: AtomicU64::new(0),
-            hits: AtomicU64::new(0),
-            negative_hits: AtomicU64::new(0),
-            loads: AtomicU64::new(0),
-            load_errors: AtomicU64::new(0),
-            coalesced_waiters: AtomicU64::new(0),
-            false_positives: AtomicU64::new(0),
-            #[cfg(feature = "metrics")]
-            handles: std::sync::OnceLock::new(),
-        }
-    }
-
-    /// Registering a metric looks it up in the recorder: done once, not per lookup.
+// Without `metrics` the cache's name labels nothing.
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+impl CacheCounters {
     #[cfg(feature = "metrics")]
-    fn metrics(&self) -> &CacheMetrics {
-        self.handles.get_or_init(|| {
+    fn metrics(&self, cache: &str) -> &CacheMetrics {
+        self.metrics.get_or_init(|| {
             crate::stats::describe_once();
-            let cache = self.name.clone().into_owned();
-            let counter = |name: &'static str| metrics::counter!(name, "cache" => cache.clone());
+            let counter = |name: &'static str| metrics::counter!(name, "cache" => cache.to_owned());
             CacheMetrics {
                 filter_rejections: counter(names::CACHE_FILTER_REJECTIONS),
                 hits: counter(names::CACHE_HITS),
@@ -114,37 +83,71 @@ impl Counters {
                 load_errors: counter(names::CACHE_LOAD_ERRORS),
                 coalesced_waiters: counter(names::CACHE_COALESCED_WAITERS),
                 false_positives: counter(names::CACHE_FALSE_POSITIVES),
-                load_duration: metrics::histogram!(names::CACHE_LOAD_DURATION, "cache" => cache.clone()),
+                load_duration: metrics::histogram!(names::CACHE_LOAD_DURATION, "cache" => cache.to_owned()),
             }
         })
     }
 
-    event!(filter_rejections, then count_rejection);
-    event!(hits);
-    event!(negative_hits);
-    event!(loads);
-    event!(load_errors);
-    event!(coalesced_waiters);
-    event!(false_positives, then count_false_positive);
-
-    /// Counted by the filter too, where a guard's rejections are.
-    fn count_rejection(&self) {
-        self.filter.count_rejection();
+    /// The filter answered "definitely absent": counted by the filter too, where a guard's
+    /// rejections are.
+    pub(crate) fn filter_rejection<K>(&self, cache: &str, filter: &SharedFilter<K>) {
+        self.filter_rejections.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        self.metrics(cache).filter_rejections.increment(1);
+        filter.count_rejection();
     }
 
-    fn count_false_positive(&self) {
-        self.filter.count_false_positive();
+    /// Answered from the cache with a value.
+    pub(crate) fn hit(&self, cache: &str) {
+        self.hits.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        self.metrics(cache).hits.increment(1);
+    }
+
+    /// Answered from the negative cache.
+    pub(crate) fn negative_hit(&self, cache: &str) {
+        self.negative_hits.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        self.metrics(cache).negative_hits.increment(1);
+    }
+
+    /// A loader run begins.
+    pub(crate) fn load(&self, cache: &str) {
+        self.loads.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        self.metrics(cache).loads.increment(1);
+    }
+
+    /// A loader run failed, timed out or panicked.
+    pub(crate) fn load_error(&self, cache: &str) {
+        self.load_errors.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        self.metrics(cache).load_errors.increment(1);
+    }
+
+    /// A lookup waits for another lookup's load.
+    pub(crate) fn coalesced_waiter(&self, cache: &str) {
+        self.coalesced_waiters.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        self.metrics(cache).coalesced_waiters.increment(1);
+    }
+
+    /// The filter let through a key the loader did not find: counted by the filter too.
+    pub(crate) fn false_positive<K>(&self, cache: &str, filter: &SharedFilter<K>) {
+        self.false_positives.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        self.metrics(cache).false_positives.increment(1);
+        filter.count_false_positive();
     }
 
     /// A loader run finished (or timed out) after `took`.
-    pub(crate) fn load_took(&self, took: Duration) {
+    pub(crate) fn load_took(&self, cache: &str, took: Duration) {
         #[cfg(feature = "metrics")]
-        self.metrics().load_duration.record(took);
-        #[cfg(not(feature = "metrics"))]
-        let _ = took;
+        self.metrics(cache).load_duration.record(took);
     }
 
-    pub(crate) fn snapshot(&self) -> CacheStats {
+    /// The stats of a cache guarded by `filter`.
+    pub(crate) fn snapshot<K>(&self, filter: &SharedFilter<K>) -> CacheStats {
         CacheStats {
             filter_rejections: self.filter_rejections.load(Relaxed),
             hits: self.hits.load(Relaxed),
@@ -153,7 +156,7 @@ impl Counters {
             load_errors: self.load_errors.load(Relaxed),
             coalesced_waiters: self.coalesced_waiters.load(Relaxed),
             false_positives: self.false_positives.load(Relaxed),
-            measured_fpr: self.filter.measured_fpr().unwrap_or(0.0),
+            measured_fpr: filter.measured_fpr().unwrap_or(0.0),
         }
     }
 }

@@ -8,9 +8,11 @@ use std::time::Duration;
 use tower_layer::Layer;
 
 use super::ResponseCacheService;
+use super::in_flight::InFlight;
 use super::policy::Lifetimes;
-use super::stats::ResponseCacheStats;
-use super::store::{Config, Store};
+use super::stats::{ResponseCacheCounters, ResponseCacheStats};
+use super::store::Store;
+use crate::cache_settings::CacheSettings;
 
 /// An HTTP shared cache (a subset of RFC 9111) for whole `GET` responses, in front of the
 /// handler; unlike [`GuardedCache`](crate::GuardedCache), a value cache you call inside a
@@ -50,7 +52,27 @@ use super::store::{Config, Store};
 /// ```
 pub struct ResponseCache<E> {
     pub(crate) extractor: Arc<E>,
-    pub(crate) store: Arc<Store>,
+    pub(crate) shared: Arc<Shared>,
+}
+
+/// What a layer, its clones and every service it made share.
+pub(crate) struct Shared {
+    pub(crate) store: Store,
+    pub(crate) in_flight: InFlight,
+    pub(crate) config: Config,
+    /// The `cache` label of its series.
+    pub(crate) name: Cow<'static, str>,
+    pub(crate) counters: ResponseCacheCounters,
+}
+
+/// The builder's settings that requests read.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Config {
+    pub(crate) lifetimes: Lifetimes,
+    pub(crate) max_body_bytes: u64,
+    pub(crate) max_bytes: u64,
+    pub(crate) wait_timeout: Duration,
+    pub(crate) share_by_key_only: bool,
 }
 
 impl<E> ResponseCache<E> {
@@ -87,13 +109,11 @@ impl<E> ResponseCache<E> {
     pub fn builder(extractor: E) -> ResponseCacheBuilder<E> {
         ResponseCacheBuilder {
             extractor,
+            settings: CacheSettings::new(Duration::from_secs(60), Duration::from_secs(10)),
             max_bytes: 64 * 1024 * 1024,
-            time_to_live: Duration::from_secs(60),
-            negative_ttl: Duration::from_secs(10),
             max_body_bytes: 64 * 1024,
             wait_timeout: Duration::from_secs(5),
             share_by_key_only: false,
-            name: "default".into(),
         }
     }
 
@@ -108,7 +128,8 @@ impl<E> ResponseCache<E> {
     /// assert_eq!(stats.hits + stats.negative_hits, 0);
     /// ```
     pub fn stats(&self) -> ResponseCacheStats {
-        self.store.counters.snapshot(self.store.bytes())
+        let shared = &*self.shared;
+        shared.counters.snapshot(shared.store.bytes())
     }
 
     /// Forgets every stored response for `key` (every URL, query and `Vary` variant of the
@@ -129,7 +150,7 @@ impl<E> ResponseCache<E> {
     /// # }
     /// ```
     pub async fn invalidate<K: bloom_core::Key + ?Sized>(&self, key: &K) {
-        self.store.invalidate(key.key_bytes().as_ref()).await;
+        self.shared.store.invalidate(key.key_bytes().as_ref()).await;
     }
 
     /// Loads in flight right now (one per URL): 0 when idle, whatever happened before.
@@ -140,7 +161,7 @@ impl<E> ResponseCache<E> {
     /// assert_eq!(ResponseCache::new(key::path_param("id")).loads_in_flight(), 0);
     /// ```
     pub fn loads_in_flight(&self) -> usize {
-        self.store.flights.len()
+        self.shared.in_flight.len()
     }
 
     /// Applies the evictions and expirations moka has queued, so that
@@ -158,7 +179,7 @@ impl<E> ResponseCache<E> {
     /// # }
     /// ```
     pub async fn run_pending_tasks(&self) {
-        self.store.run_pending_tasks().await;
+        self.shared.store.run_pending_tasks().await;
     }
 }
 
@@ -166,7 +187,7 @@ impl<E> Clone for ResponseCache<E> {
     fn clone(&self) -> Self {
         Self {
             extractor: Arc::clone(&self.extractor),
-            store: Arc::clone(&self.store),
+            shared: Arc::clone(&self.shared),
         }
     }
 }
@@ -174,7 +195,7 @@ impl<E> Clone for ResponseCache<E> {
 impl<E> fmt::Debug for ResponseCache<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ResponseCache")
-            .field("config", &self.store.config)
+            .field("config", &self.shared.config)
             .field("stats", &self.stats())
             .finish_non_exhaustive()
     }
@@ -187,7 +208,7 @@ impl<S, E> Layer<S> for ResponseCache<E> {
         ResponseCacheService {
             inner,
             extractor: Arc::clone(&self.extractor),
-            store: Arc::clone(&self.store),
+            shared: Arc::clone(&self.shared),
         }
     }
 }
@@ -204,13 +225,11 @@ impl<S, E> Layer<S> for ResponseCache<E> {
 #[must_use]
 pub struct ResponseCacheBuilder<E> {
     extractor: E,
+    settings: CacheSettings,
     max_bytes: u64,
-    time_to_live: Duration,
-    negative_ttl: Duration,
     max_body_bytes: u64,
     wait_timeout: Duration,
     share_by_key_only: bool,
-    name: Cow<'static, str>,
 }
 
 impl<E> ResponseCacheBuilder<E> {
@@ -222,7 +241,7 @@ impl<E> ResponseCacheBuilder<E> {
     /// # let _ = cache;
     /// ```
     pub fn name(mut self, name: impl Into<Cow<'static, str>>) -> Self {
-        self.name = name.into();
+        self.settings.name = name.into();
         self
     }
 
@@ -252,7 +271,7 @@ impl<E> ResponseCacheBuilder<E> {
     /// # let _ = cache;
     /// ```
     pub fn time_to_live(mut self, ttl: Duration) -> Self {
-        self.time_to_live = ttl;
+        self.settings.time_to_live = ttl;
         self
     }
 
@@ -268,7 +287,7 @@ impl<E> ResponseCacheBuilder<E> {
     /// # let _ = cache;
     /// ```
     pub fn negative_ttl(mut self, ttl: Duration) -> Self {
-        self.negative_ttl = ttl;
+        self.settings.negative_ttl = ttl;
         self
     }
 
@@ -332,19 +351,31 @@ impl<E> ResponseCacheBuilder<E> {
     /// # let _ = cache;
     /// ```
     pub fn build(self) -> ResponseCache<E> {
+        let CacheSettings {
+            name,
+            time_to_live,
+            negative_ttl,
+        } = self.settings;
         let config = Config {
             lifetimes: Lifetimes {
-                ok: self.time_to_live,
-                not_found: self.negative_ttl,
+                ok: time_to_live,
+                not_found: negative_ttl,
             },
             max_body_bytes: self.max_body_bytes,
             max_bytes: self.max_bytes,
             wait_timeout: self.wait_timeout,
             share_by_key_only: self.share_by_key_only,
         };
+        let shared = Shared {
+            store: Store::new(config.max_bytes),
+            in_flight: InFlight::new(),
+            config,
+            name,
+            counters: ResponseCacheCounters::default(),
+        };
         ResponseCache {
             extractor: Arc::new(self.extractor),
-            store: Arc::new(Store::new(self.name, config)),
+            shared: Arc::new(shared),
         }
     }
 }
@@ -352,11 +383,11 @@ impl<E> ResponseCacheBuilder<E> {
 impl<E> fmt::Debug for ResponseCacheBuilder<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ResponseCacheBuilder")
-            .field("name", &self.name)
+            .field("name", &self.settings.name)
             .field("max_bytes", &self.max_bytes)
             .field("max_body_bytes", &self.max_body_bytes)
-            .field("time_to_live", &self.time_to_live)
-            .field("negative_ttl", &self.negative_ttl)
+            .field("time_to_live", &self.settings.time_to_live)
+            .field("negative_ttl", &self.settings.negative_ttl)
             .field("wait_timeout", &self.wait_timeout)
             .field("share_by_key_only", &self.share_by_key_only)
             .finish_non_exhaustive()

@@ -87,6 +87,7 @@
 
 mod body;
 mod future;
+mod in_flight;
 mod layer;
 mod policy;
 mod service;

@@ -13,9 +13,10 @@ use http_body::Body;
 use tower_service::Service;
 
 use super::body::Read;
+use super::in_flight::{FlightKey, Handoff};
+use super::layer::Shared;
 use super::policy::{self, NotStored, RequestUse};
-use super::stats::Event;
-use super::store::{FlightKey, Shared, Store, Stored, Variant};
+use super::store::{Stored, Variant};
 use super::{ResponseCacheBody, ResponseCacheFuture};
 use crate::flight::{Flight, Role, wait};
 use crate::key::KeyExtractor;
@@ -36,7 +37,7 @@ use crate::key::KeyExtractor;
 pub struct ResponseCacheService<S, E> {
     pub(crate) inner: S,
     pub(crate) extractor: Arc<E>,
-    pub(crate) store: Arc<Store>,
+    pub(crate) shared: Arc<Shared>,
 }
 
 impl<S: Clone, E> Clone for ResponseCacheService<S, E> {
@@ -44,7 +45,7 @@ impl<S: Clone, E> Clone for ResponseCacheService<S, E> {
         Self {
             inner: self.inner.clone(),
             extractor: Arc::clone(&self.extractor),
-            store: Arc::clone(&self.store),
+            shared: Arc::clone(&self.shared),
         }
     }
 }
@@ -85,19 +86,19 @@ where
             .extractor
             .extract(&req)
             .map(|key| Bytes::copy_from_slice(key.key_bytes().as_ref()));
-        let store = Arc::clone(&self.store);
+        let shared = Arc::clone(&self.shared);
         ResponseCacheFuture::new(async move {
             let Some(record) = record else {
-                store.counters.count(Event::PassedThrough);
+                shared.counters.passed_through(&shared.name);
                 return pass_through(ready, req).await;
             };
             // Only GET is stored and served: a HEAD's empty body must not answer a GET, and
             // other methods change things.
             if req.method() == Method::GET {
-                serve_get(ready, req, &store, record).await
+                serve_get(ready, req, &shared, record).await
             } else {
-                store.counters.count(Event::PassedThrough);
-                pass_through_other_method(ready, req, &store, record).await
+                shared.counters.passed_through(&shared.name);
+                pass_through_other_method(ready, req, &shared, record).await
             }
         })
     }
@@ -108,7 +109,7 @@ where
 async fn serve_get<S, ReqBody, ResBody>(
     ready: S,
     req: Request<ReqBody>,
-    store: &Store,
+    shared: &Shared,
     record: Bytes,
 ) -> Answer<ResBody, S::Error>
 where
@@ -117,63 +118,66 @@ where
 {
     let request_use = RequestUse::of(req.headers());
     if request_use == RequestUse::Bypass {
-        store.counters.count(Event::Bypassed);
+        shared.counters.bypassed(&shared.name);
         return pass_through(ready, req).await;
     }
-    let url = if store.config.share_by_key_only {
+    let url = if shared.config.share_by_key_only {
         Bytes::new()
     } else {
         url_key(&req)
     };
-    if let Some(hit) = store
+    if let Some(hit) = shared
+        .store
         .answer(&record, &url, req.headers(), request_use)
         .await
     {
-        return Ok(serve_hit(store, &hit));
+        return Ok(serve_hit(shared, &hit));
     }
     if request_use == RequestUse::Credentials {
         // Another request's load may be answered for other credentials: never wait on one.
-        store.counters.count(Event::Bypassed);
-        return load(ready, req, store, record, url, request_use, None).await;
+        shared.counters.bypassed(&shared.name);
+        return load(ready, req, shared, record, url, request_use, None).await;
     }
     let flight_key: FlightKey = (record.clone(), url.clone());
     loop {
-        match store.flights.join(&flight_key) {
+        match shared.in_flight.join(&flight_key) {
             Role::Leader(flight) => {
                 // A load that finished between our miss and `join` stored its response
                 // before leaving the table: serve that instead of loading again.
-                if let Some(hit) = store
+                if let Some(hit) = shared
+                    .store
                     .answer(&record, &url, req.headers(), request_use)
                     .await
                 {
-                    flight.complete(Shared::Response(Arc::clone(&hit)));
-                    return Ok(serve_hit(store, &hit));
+                    flight.complete(Handoff::Response(Arc::clone(&hit)));
+                    return Ok(serve_hit(shared, &hit));
                 }
-                return load(ready, req, store, record, url, request_use, Some(flight)).await;
+                return load(ready, req, shared, record, url, request_use, Some(flight)).await;
             }
             Role::Waiter(slot) => {
-                store.counters.count(Event::Coalesced);
-                match tokio::time::timeout(store.config.wait_timeout, wait(slot)).await {
+                shared.counters.coalesced_waiter(&shared.name);
+                match tokio::time::timeout(shared.config.wait_timeout, wait(slot)).await {
                     Err(_elapsed) => {
                         // The leader is stuck (a hung handler, a slow body): answer this
                         // request with a call of its own rather than strand it.
-                        store.counters.count(Event::WaitTimeout);
-                        return load(ready, req, store, record, url, request_use, None).await;
+                        shared.counters.wait_timeout(&shared.name);
+                        return load(ready, req, shared, record, url, request_use, None).await;
                     }
-                    Ok(Some(Shared::Response(shared)))
-                        if shared.answers(&url, req.headers(), request_use, Instant::now()) =>
+                    Ok(Some(Handoff::Response(handed)))
+                        if handed.answers(&url, req.headers(), request_use, Instant::now()) =>
                     {
-                        return Ok(shared.response_from_cache());
+                        return Ok(handed.response_from_cache());
                     }
-                    Ok(Some(Shared::Uncacheable)) => return pass_through(ready, req).await,
+                    Ok(Some(Handoff::Uncacheable)) => return pass_through(ready, req).await,
                     // The leader went away, was overtaken by an invalidation, or its response
                     // varies on a header this request sends differently: look again.
-                    Ok(Some(Shared::Response(_)) | None) => {
-                        let hit = store
+                    Ok(Some(Handoff::Response(_)) | None) => {
+                        let hit = shared
+                            .store
                             .answer(&record, &url, req.headers(), request_use)
                             .await;
                         if let Some(hit) = hit {
-                            return Ok(serve_hit(store, &hit));
+                            return Ok(serve_hit(shared, &hit));
                         }
                     }
                 }
@@ -182,13 +186,12 @@ where
     }
 }
 
-fn serve_hit<B: Body>(store: &Store, hit: &Variant) -> Response<ResponseCacheBody<B>> {
-    let event = if hit.is_not_found() {
-        Event::NegativeHit
+fn serve_hit<B: Body>(shared: &Shared, hit: &Variant) -> Response<ResponseCacheBody<B>> {
+    if hit.is_not_found() {
+        shared.counters.negative_hit(&shared.name);
     } else {
-        Event::Hit
-    };
-    store.counters.count(event);
+        shared.counters.hit(&shared.name);
+    }
     hit.response_from_cache()
 }
 
@@ -198,19 +201,19 @@ fn serve_hit<B: Body>(store: &Store, hit: &Variant) -> Response<ResponseCacheBod
 async fn load<S, ReqBody, ResBody>(
     mut ready: S,
     req: Request<ReqBody>,
-    store: &Store,
+    shared: &Shared,
     record: Bytes,
     url: Bytes,
     request_use: RequestUse,
-    flight: Option<Flight<'_, FlightKey, Shared>>,
+    flight: Option<Flight<'_, FlightKey, Handoff>>,
 ) -> Answer<ResBody, S::Error>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
     ResBody: Body<Data = Bytes>,
 {
-    store.counters.count(Event::Load);
+    shared.counters.load(&shared.name);
     // Read before the call: an invalidation from here on makes this load stale.
-    let epoch = store.epoch(&record);
+    let epoch = shared.store.epoch(&record);
     // `Vary` matches later requests against this one's headers, which the call consumes.
     let request_headers = req.headers().clone();
     // An error drops `flight`: the waiters wake and one of them tries the inner service.
@@ -219,20 +222,20 @@ where
         response.status(),
         response.headers(),
         request_use,
-        store.config.lifetimes,
+        shared.config.lifetimes,
     ) {
         Ok(rules) => rules,
         Err(reason) => {
             let response = response.map(ResponseCacheBody::inner);
-            return Ok(not_stored(store, flight, reason, response));
+            return Ok(not_stored(shared, flight, reason, response));
         }
     };
     let (parts, body) = response.into_parts();
-    let bytes = match ResponseCacheBody::read(body, store.config.max_body_bytes).await {
+    let bytes = match ResponseCacheBody::read(body, shared.config.max_body_bytes).await {
         Read::Complete(bytes) => bytes,
         Read::Given(body, reason) => {
             let response = Response::from_parts(parts, body);
-            return Ok(not_stored(store, flight, reason, response));
+            return Ok(not_stored(shared, flight, reason, response));
         }
     };
     let variant = Arc::new(Variant::new(
@@ -243,22 +246,22 @@ where
         bytes,
         epoch,
     ));
-    if !store.fits(&record, &variant) {
+    if !shared.store.fits(&record, &variant) {
         return Ok(not_stored(
-            store,
+            shared,
             flight,
             NotStored::OverBudget,
             variant.response(),
         ));
     }
-    match store.store(record, Arc::clone(&variant)).await {
+    match shared.store.store(record, Arc::clone(&variant)).await {
         Stored::Kept => {
             if let Some(flight) = flight {
-                flight.complete(Shared::Response(Arc::clone(&variant)));
+                flight.complete(Handoff::Response(Arc::clone(&variant)));
             }
         }
         Stored::Stale => {
-            store.counters.count(Event::StaleDiscarded);
+            shared.counters.stale_load_discarded(&shared.name);
             // Waiters may have arrived after the invalidation, so this response is not for
             // them: dropping the flight sends them back to look again.
             drop(flight);
@@ -269,15 +272,15 @@ where
 }
 
 fn not_stored<B>(
-    store: &Store,
-    flight: Option<Flight<'_, FlightKey, Shared>>,
+    shared: &Shared,
+    flight: Option<Flight<'_, FlightKey, Handoff>>,
     reason: NotStored,
     response: Response<B>,
 ) -> Response<B> {
-    store.counters.count(Event::NotStored);
+    shared.counters.not_stored(&shared.name);
     tracing::debug!(reason = reason.as_str(), "response not stored");
     if let Some(flight) = flight {
-        flight.complete(Shared::Uncacheable);
+        flight.complete(Handoff::Uncacheable);
     }
     response
 }
@@ -299,7 +302,7 @@ where
 async fn pass_through_other_method<S, ReqBody, ResBody>(
     ready: S,
     req: Request<ReqBody>,
-    store: &Store,
+    shared: &Shared,
     record: Bytes,
 ) -> Answer<ResBody, S::Error>
 where
@@ -313,7 +316,7 @@ where
     let response = pass_through(ready, req).await?;
     let status = response.status();
     if !safe && (status.is_success() || status.is_redirection()) {
-        store.invalidate(&record).await;
+        shared.store.invalidate(&record).await;
     }
     Ok(response)
 }

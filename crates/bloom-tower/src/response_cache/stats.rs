@@ -1,6 +1,6 @@
-//! [`ResponseCacheStats`] and the counters behind it, mirrored to the `metrics` facade.
+//! [`ResponseCacheStats`] and the counters behind it, mirrored to the `metrics` facade (the
+//! `bloom_response_cache_*` series of [`crate::stats`]).
 
-use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 #[cfg(feature = "metrics")]
@@ -51,75 +51,137 @@ pub struct ResponseCacheStats {
     pub bytes: u64,
 }
 
-/// What happened, for [`Counters::count`]; the discriminant indexes the counters.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Event {
-    Hit = 0,
-    NegativeHit = 1,
-    Load = 2,
-    Coalesced = 3,
-    PassedThrough = 4,
-    Bypassed = 5,
-    NotStored = 6,
-    WaitTimeout = 7,
-    StaleDiscarded = 8,
-}
-
-const EVENTS: usize = 9;
-
-pub(crate) struct Counters {
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    name: Cow<'static, str>,
-    counts: [AtomicU64; EVENTS],
-    /// Registering a counter looks it up in the recorder: done once, on first use.
+/// The counters behind [`ResponseCacheStats`]. They hold no configuration: each event is
+/// passed the cache's name, which labels the series.
+#[derive(Default)]
+pub(crate) struct ResponseCacheCounters {
+    hits: AtomicU64,
+    negative_hits: AtomicU64,
+    loads: AtomicU64,
+    coalesced_waiters: AtomicU64,
+    passed_through: AtomicU64,
+    bypassed: AtomicU64,
+    not_stored: AtomicU64,
+    wait_timeouts: AtomicU64,
+    stale_loads_discarded: AtomicU64,
+    /// Registering a series looks it up in the recorder: done once, on the first request.
     #[cfg(feature = "metrics")]
-    handles: std::sync::OnceLock<[metrics::Counter; EVENTS]>,
+    metrics: std::sync::OnceLock<ResponseCacheMetrics>,
 }
 
-impl Counters {
-    pub(crate) fn new(name: Cow<'static, str>) -> Self {
-        Self {
-            name,
-            counts: Default::default(),
-            #[cfg(feature = "metrics")]
-            handles: std::sync::OnceLock::new(),
-        }
-    }
+#[cfg(feature = "metrics")]
+struct ResponseCacheMetrics {
+    hits: metrics::Counter,
+    negative_hits: metrics::Counter,
+    loads: metrics::Counter,
+    coalesced_waiters: metrics::Counter,
+    passed_through: metrics::Counter,
+    bypassed: metrics::Counter,
+    not_stored: metrics::Counter,
+    wait_timeouts: metrics::Counter,
+    stale_loads_discarded: metrics::Counter,
+}
 
-    pub(crate) fn count(&self, event: Event) {
-        self.counts[event as usize].fetch_add(1, Relaxed);
-        #[cfg(feature = "metrics")]
-        self.handles.get_or_init(|| {
+// Without `metrics` the cache's name labels nothing.
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+impl ResponseCacheCounters {
+    #[cfg(feature = "metrics")]
+    fn metrics(&self, cache: &str) -> &ResponseCacheMetrics {
+        self.metrics.get_or_init(|| {
             crate::stats::describe_once();
-            let cache = self.name.clone().into_owned();
-            let counter = |name: &'static str| metrics::counter!(name, "cache" => cache.clone());
-            [
-                metrics::counter!(names::RESPONSE_CACHE_HITS, "cache" => cache.clone(), "status" => "200"),
-                metrics::counter!(names::RESPONSE_CACHE_HITS, "cache" => cache.clone(), "status" => "404"),
-                counter(names::RESPONSE_CACHE_LOADS),
-                counter(names::RESPONSE_CACHE_COALESCED),
-                counter(names::RESPONSE_CACHE_PASSED_THROUGH),
-                counter(names::RESPONSE_CACHE_BYPASSED),
-                counter(names::RESPONSE_CACHE_NOT_STORED),
-                counter(names::RESPONSE_CACHE_WAIT_TIMEOUTS),
-                counter(names::RESPONSE_CACHE_STALE_DISCARDED),
-            ]
-        })[event as usize]
-            .increment(1);
+            let counter = |name: &'static str| metrics::counter!(name, "cache" => cache.to_owned());
+            let hits = |status: &'static str| {
+                metrics::counter!(names::RESPONSE_CACHE_HITS, "cache" => cache.to_owned(), "status" => status)
+            };
+            ResponseCacheMetrics {
+                hits: hits("200"),
+                negative_hits: hits("404"),
+                loads: counter(names::RESPONSE_CACHE_LOADS),
+                coalesced_waiters: counter(names::RESPONSE_CACHE_COALESCED),
+                passed_through: counter(names::RESPONSE_CACHE_PASSED_THROUGH),
+                bypassed: counter(names::RESPONSE_CACHE_BYPASSED),
+                not_stored: counter(names::RESPONSE_CACHE_NOT_STORED),
+                wait_timeouts: counter(names::RESPONSE_CACHE_WAIT_TIMEOUTS),
+                stale_loads_discarded: counter(names::RESPONSE_CACHE_STALE_DISCARDED),
+            }
+        })
     }
 
+    /// Answered with a stored `200`.
+    pub(crate) fn hit(&self, cache: &str) {
+        self.hits.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        self.metrics(cache).hits.increment(1);
+    }
+
+    /// Answered with a stored `404`.
+    pub(crate) fn negative_hit(&self, cache: &str) {
+        self.negative_hits.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        self.metrics(cache).negative_hits.increment(1);
+    }
+
+    /// A call to the inner service to fill the cache.
+    pub(crate) fn load(&self, cache: &str) {
+        self.loads.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        self.metrics(cache).loads.increment(1);
+    }
+
+    /// A request waits for another request's load of its URL.
+    pub(crate) fn coalesced_waiter(&self, cache: &str) {
+        self.coalesced_waiters.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        self.metrics(cache).coalesced_waiters.increment(1);
+    }
+
+    /// A request the cache does not answer (not `GET`, or no key).
+    pub(crate) fn passed_through(&self, cache: &str) {
+        self.passed_through.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        self.metrics(cache).passed_through.increment(1);
+    }
+
+    /// A `GET` that skips the shared cache because of its own headers.
+    pub(crate) fn bypassed(&self, cache: &str) {
+        self.bypassed.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        self.metrics(cache).bypassed.increment(1);
+    }
+
+    /// A response that may not, or cannot, be stored.
+    pub(crate) fn not_stored(&self, cache: &str) {
+        self.not_stored.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        self.metrics(cache).not_stored.increment(1);
+    }
+
+    /// A waiter gave up on another request's load.
+    pub(crate) fn wait_timeout(&self, cache: &str) {
+        self.wait_timeouts.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        self.metrics(cache).wait_timeouts.increment(1);
+    }
+
+    /// A response discarded because its key was invalidated during its load.
+    pub(crate) fn stale_load_discarded(&self, cache: &str) {
+        self.stale_loads_discarded.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        self.metrics(cache).stale_loads_discarded.increment(1);
+    }
+
+    /// The stats of a cache holding `bytes`.
     pub(crate) fn snapshot(&self, bytes: u64) -> ResponseCacheStats {
-        let count = |event: Event| self.counts[event as usize].load(Relaxed);
         ResponseCacheStats {
-            hits: count(Event::Hit),
-            negative_hits: count(Event::NegativeHit),
-            loads: count(Event::Load),
-            coalesced_waiters: count(Event::Coalesced),
-            passed_through: count(Event::PassedThrough),
-            bypassed: count(Event::Bypassed),
-            not_stored: count(Event::NotStored),
-            wait_timeouts: count(Event::WaitTimeout),
-            stale_loads_discarded: count(Event::StaleDiscarded),
+            hits: self.hits.load(Relaxed),
+            negative_hits: self.negative_hits.load(Relaxed),
+            loads: self.loads.load(Relaxed),
+            coalesced_waiters: self.coalesced_waiters.load(Relaxed),
+            passed_through: self.passed_through.load(Relaxed),
+            bypassed: self.bypassed.load(Relaxed),
+            not_stored: self.not_stored.load(Relaxed),
+            wait_timeouts: self.wait_timeouts.load(Relaxed),
+            stale_loads_discarded: self.stale_loads_discarded.load(Relaxed),
             bytes,
         }
     }

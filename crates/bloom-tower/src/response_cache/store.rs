@@ -1,5 +1,6 @@
 //! What the response cache keeps: per record key, the few stored variants of that record
-//! (one per URL and `Vary` values); the loads in flight; the invalidation epochs; counters.
+//! (one per URL and `Vary` values), and the invalidation epochs that keep a load which raced
+//! with an invalidation from storing its response.
 //!
 //! # Why records hold variants
 //!
@@ -21,9 +22,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode, Version, he
 use moka::ops::compute::{CompResult, Op};
 
 use super::ResponseCacheBody;
-use super::policy::{Lifetimes, RequestUse, StoreRules};
-use super::stats::Counters;
-use crate::flight::Flights;
+use super::policy::{RequestUse, StoreRules};
 
 /// Most variants kept per record: every lookup scans them, and every store copies the list.
 /// Beyond it the oldest goes (a URL with many query variants keeps its most recent ones).
@@ -36,16 +35,6 @@ const EPOCH_STRIPES: usize = 64;
 
 /// HPACK's per-field overhead estimate (RFC 7541 §4.1): what a header costs beyond its bytes.
 const HEADER_OVERHEAD: u64 = 32;
-
-/// The builder's settings.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Config {
-    pub(crate) lifetimes: Lifetimes,
-    pub(crate) max_body_bytes: u64,
-    pub(crate) max_bytes: u64,
-    pub(crate) wait_timeout: Duration,
-    pub(crate) share_by_key_only: bool,
-}
 
 /// One stored response, and what identifies the requests it may answer.
 pub(crate) struct Variant {
@@ -261,19 +250,6 @@ impl moka::Expiry<Bytes, Arc<Record>> for RecordExpiry {
     }
 }
 
-/// What a load hands the requests that waited for it.
-#[derive(Clone)]
-pub(crate) enum Shared {
-    /// The stored response; each waiter checks that it answers its own request (`Vary`).
-    Response(Arc<Variant>),
-    /// The response may not be shared: each waiter asks the inner service itself.
-    Uncacheable,
-}
-
-/// The loads in flight are per URL (record key, URL key): requests for the same resource
-/// wait for one another, requests for different URLs of one record do not.
-pub(crate) type FlightKey = (Bytes, Bytes);
-
 /// How [`Store::store`] ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Stored {
@@ -282,21 +258,21 @@ pub(crate) enum Stored {
     Stale,
 }
 
+/// The stored responses, within a byte budget.
 pub(crate) struct Store {
     cache: moka::future::Cache<Bytes, Arc<Record>>,
-    pub(crate) flights: Flights<FlightKey, Shared>,
     /// Bumped by every invalidation of a key in the stripe, so a load that raced with one
     /// does not leave its response behind (see [`Store::store`]).
     epochs: Box<[AtomicU64]>,
     stripe_hasher: std::hash::RandomState,
-    pub(crate) config: Config,
-    pub(crate) counters: Counters,
+    max_bytes: u64,
 }
 
 impl Store {
-    pub(crate) fn new(name: Cow<'static, str>, config: Config) -> Self {
+    /// An empty store holding at most `max_bytes`.
+    pub(crate) fn new(max_bytes: u64) -> Self {
         let cache = moka::future::Cache::builder()
-            .max_capacity(config.max_bytes)
+            .max_capacity(max_bytes)
             .weigher(|key: &Bytes, record: &Arc<Record>| {
                 u32::try_from(key.len() as u64 + record.weight).unwrap_or(u32::MAX)
             })
@@ -304,11 +280,9 @@ impl Store {
             .build();
         Self {
             cache,
-            flights: Flights::new(),
             epochs: (0..EPOCH_STRIPES).map(|_| AtomicU64::new(0)).collect(),
             stripe_hasher: std::hash::RandomState::new(),
-            config,
-            counters: Counters::new(name),
+            max_bytes,
         }
     }
 
@@ -336,7 +310,7 @@ impl Store {
 
     /// Would `variant` fit in the byte budget on its own?
     pub(crate) fn fits(&self, record: &[u8], variant: &Variant) -> bool {
-        record.len() as u64 + size_of::<Record>() as u64 + variant.weight() <= self.config.max_bytes
+        record.len() as u64 + size_of::<Record>() as u64 + variant.weight() <= self.max_bytes
     }
 
     /// Adds `variant` to its record, unless the record was invalidated since its load began.
@@ -349,7 +323,7 @@ impl Store {
     pub(crate) async fn store(&self, record: Bytes, variant: Arc<Variant>) -> Stored {
         let epoch = variant.epoch;
         // The weigher adds the key to the record's own weight.
-        let budget = self.config.max_bytes.saturating_sub(record.len() as u64);
+        let budget = self.max_bytes.saturating_sub(record.len() as u64);
         let outcome = self
             .cache
             .entry(record.clone())

@@ -68,6 +68,7 @@ mod remote;
 mod saturation;
 mod snapshot;
 mod start;
+pub(crate) mod stats;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -84,7 +85,7 @@ use tokio::sync::{Notify, watch};
 
 use crate::key::{AnyKey, KeyFor};
 use crate::key_source::Watermark;
-use crate::stats::{FilterCounters, FilterStats};
+use stats::{FilterCounters, FilterStats};
 
 pub use external::{
     AlreadyBuilding, Building, ErasedKeySource, ExternalRebuild, InsertHook, RejectionOverride,
@@ -389,7 +390,7 @@ impl<K: ?Sized> SharedFilter<K> {
         if !wrote {
             return inserted;
         }
-        shared.counters.inserts.fetch_add(1, Relaxed);
+        shared.counters.inserted();
         // After the local writes: whatever the hook forwards, this instance already answers
         // "maybe" for the key.
         if let Some(hook) = shared.hook.load().as_deref() {
@@ -454,7 +455,7 @@ impl<K: ?Sized> SharedFilter<K> {
         if filter.remove(key) != Some(true) {
             return Ok(RemoveOutcome::Absent);
         }
-        shared.counters.removes.fetch_add(1, Relaxed);
+        shared.counters.removed();
         // Keep the distinct-key estimate honest; never below zero.
         let _ = current
             .items
@@ -471,29 +472,13 @@ impl<K: ?Sized> SharedFilter<K> {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .is_some();
-        FilterStats {
-            name: shared.name.clone().into_owned(),
-            kind: current.filter.kind(),
-            capacity: current.filter.capacity(),
-            num_bits: current.filter.num_bits(),
-            approx_items: current.items.load(Relaxed),
-            inserts: shared.counters.inserts.load(Relaxed),
-            removes: shared.counters.removes.load(Relaxed),
-            rebuilds: shared.counters.rebuilds.load(Relaxed),
-            failed_rebuilds: shared.counters.failed_rebuilds.load(Relaxed),
-            cancelled_rebuilds: shared.counters.cancelled_rebuilds.load(Relaxed),
-            last_rebuild: *shared
-                .last_rebuild
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-            saturation_warnings: shared.counters.saturation_warnings.load(Relaxed),
-            rebuilding,
-            verifying: current.verifying,
-            unverified_passes: shared.counters.unverified_passes.load(Relaxed),
-            rejections: shared.counters.rejections.load(Relaxed),
-            false_positives: shared.counters.false_positives.load(Relaxed),
-            measured_fpr: shared.counters.measured_fpr(),
-        }
+        let last_rebuild = *shared
+            .last_rebuild
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        shared
+            .counters
+            .snapshot(&shared.name, &current, last_rebuild, rebuilding)
     }
 
     /// Distinct keys in the serving filter (as in [`FilterStats::approx_items`]); one load.
