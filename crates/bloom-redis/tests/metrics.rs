@@ -8,96 +8,23 @@
 #![forbid(unsafe_code)]
 
 mod common;
+#[path = "../../bloom-tower/tests/support/descriptions.rs"]
+mod descriptions;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bloom_core::BloomFilter;
 use bloom_redis::{RedisSync, names};
 use bloom_tower::SharedFilter;
-use metrics::{Counter, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, SharedString, Unit};
-
-/// A described name's kind (`counter`, `gauge`, `histogram`), unit and text.
-type Described = (&'static str, Option<Unit>, String);
-
-/// What was described to it, by name; registers histograms (their values, by name) and
-/// nothing else.
-#[derive(Default)]
-struct Descriptions(Mutex<HashMap<String, Described>>, Histograms);
-
-type Histograms = Arc<Mutex<HashMap<String, Vec<f64>>>>;
-
-/// One registered histogram: appends to its name's values.
-struct Recorded(Histograms, String);
-
-impl HistogramFn for Recorded {
-    fn record(&self, value: f64) {
-        let mut values = self.0.lock().unwrap();
-        values.entry(self.1.clone()).or_default().push(value);
-    }
-}
-
-impl Descriptions {
-    fn add(&self, kind: &'static str, name: KeyName, unit: Option<Unit>, text: SharedString) {
-        let previous = self
-            .0
-            .lock()
-            .unwrap()
-            .insert(name.as_str().to_owned(), (kind, unit, text.to_string()));
-        assert!(previous.is_none(), "{} described twice", name.as_str());
-    }
-}
-
-impl metrics::Recorder for Descriptions {
-    fn describe_counter(&self, name: KeyName, unit: Option<Unit>, text: SharedString) {
-        self.add("counter", name, unit, text);
-    }
-    fn describe_gauge(&self, name: KeyName, unit: Option<Unit>, text: SharedString) {
-        self.add("gauge", name, unit, text);
-    }
-    fn describe_histogram(&self, name: KeyName, unit: Option<Unit>, text: SharedString) {
-        self.add("histogram", name, unit, text);
-    }
-    fn register_counter(&self, _: &Key, _: &Metadata<'_>) -> Counter {
-        Counter::noop()
-    }
-    fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
-        Gauge::noop()
-    }
-    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
-        let labels: Vec<String> = key
-            .labels()
-            .map(|l| format!("{}={}", l.key(), l.value()))
-            .collect();
-        let name = format!("{}{{{}}}", key.name(), labels.join(","));
-        Histogram::from_arc(Arc::new(Recorded(Arc::clone(&self.1), name)))
-    }
-}
-
-/// Every `pub const NAME: &str = "value";` of the `names` module, read from the source, so a
-/// name added there without a description fails here.
-fn declared_names() -> Vec<(String, String)> {
-    let source = include_str!("../src/lib.rs");
-    let start = source.find("pub mod names {").expect("the names module");
-    let end = start + source[start..].find("\n}").expect("its end");
-    source[start..end]
-        .split("pub const ")
-        .skip(1)
-        .map(|decl| {
-            let constant = decl.split(':').next().unwrap().trim().to_owned();
-            let value = decl.split('"').nth(1).expect("a string literal").to_owned();
-            (constant, value)
-        })
-        .collect()
-}
+use descriptions::{Descriptions, declared_names};
+use metrics::Unit;
 
 #[test]
 fn every_name_is_described_with_its_kind_and_unit() {
     let descriptions = Descriptions::default();
     metrics::with_local_recorder(&descriptions, bloom_redis::names::describe);
     let described = descriptions.0.into_inner().unwrap();
-    let declared = declared_names();
+    let declared = declared_names(include_str!("../src/lib.rs"));
     assert!(declared.len() >= 9, "parsed {} names", declared.len());
     for (constant, name) in &declared {
         let Some((kind, unit, text)) = described.get(name) else {

@@ -13,14 +13,17 @@
 //! at a time (a snapshot resets what it reads).
 #![cfg(feature = "metrics")]
 
-use std::collections::HashMap;
+#[path = "support/descriptions.rs"]
+mod descriptions;
+
 use std::convert::Infallible;
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 use bloom_tower::stats::names;
 use bloom_tower::{BloomFilter, BloomGuard, GuardedCache, SharedFilter, key};
+use descriptions::{Descriptions, declared_names};
 use http::{Request, Response, StatusCode};
-use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, SharedString, Unit};
+use metrics::{SharedString, Unit};
 use metrics_util::CompositeKey;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use tower::{ServiceExt, service_fn};
@@ -47,62 +50,6 @@ fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap()
-}
-
-/// A described name's kind (`counter`, `gauge`, `histogram`), unit and text.
-type Described = (&'static str, Option<Unit>, String);
-
-/// What was described to it, by name; registers nothing.
-#[derive(Default)]
-struct Descriptions(Mutex<HashMap<String, Described>>);
-
-impl Descriptions {
-    fn add(&self, kind: &'static str, name: KeyName, unit: Option<Unit>, text: SharedString) {
-        let previous = self
-            .0
-            .lock()
-            .unwrap()
-            .insert(name.as_str().to_owned(), (kind, unit, text.to_string()));
-        assert!(previous.is_none(), "{} described twice", name.as_str());
-    }
-}
-
-impl metrics::Recorder for Descriptions {
-    fn describe_counter(&self, name: KeyName, unit: Option<Unit>, text: SharedString) {
-        self.add("counter", name, unit, text);
-    }
-    fn describe_gauge(&self, name: KeyName, unit: Option<Unit>, text: SharedString) {
-        self.add("gauge", name, unit, text);
-    }
-    fn describe_histogram(&self, name: KeyName, unit: Option<Unit>, text: SharedString) {
-        self.add("histogram", name, unit, text);
-    }
-    fn register_counter(&self, _: &Key, _: &Metadata<'_>) -> Counter {
-        Counter::noop()
-    }
-    fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
-        Gauge::noop()
-    }
-    fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
-        Histogram::noop()
-    }
-}
-
-/// Every `pub const NAME: &str = "value";` of the `names` module, read from the source, so a
-/// name added there without a description fails here.
-fn declared_names() -> Vec<(String, String)> {
-    let source = include_str!("../src/stats.rs");
-    let start = source.find("pub mod names {").expect("the names module");
-    let end = start + source[start..].find("\n}\n").expect("its end");
-    source[start..end]
-        .split("pub const ")
-        .skip(1)
-        .map(|decl| {
-            let constant = decl.split(':').next().unwrap().trim().to_owned();
-            let value = decl.split('"').nth(1).expect("a string literal").to_owned();
-            (constant, value)
-        })
-        .collect()
 }
 
 /// What Prometheus's naming conventions (and `promtool check metrics`) ask of a series of
@@ -162,7 +109,7 @@ fn every_name_is_described_with_its_kind_and_unit() {
     let descriptions = Descriptions::default();
     metrics::with_local_recorder(&descriptions, bloom_tower::stats::describe);
     let described = descriptions.0.into_inner().unwrap();
-    let declared = declared_names();
+    let declared = declared_names(include_str!("../src/stats.rs"));
     assert!(declared.len() >= 30, "parsed {} names", declared.len());
     for (constant, name) in &declared {
         let Some((kind, unit, text)) = described.get(name) else {
