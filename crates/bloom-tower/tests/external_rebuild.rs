@@ -14,6 +14,10 @@ use bloom_tower::shared_filter::{
 use bloom_tower::{BloomFilter, Key, SharedFilter};
 use futures_util::TryStreamExt;
 
+#[cfg(feature = "metrics")]
+#[path = "support/descriptions.rs"]
+mod descriptions;
+
 fn seeded() -> BloomFilter {
     BloomFilter::builder()
         .expected_items(1_000)
@@ -217,4 +221,44 @@ async fn removing_the_owner_restores_local_rebuilds() {
     assert_eq!(owner.calls.load(Ordering::SeqCst), 0);
     assert!(filter.contains(&5u64) && !filter.contains(&99u64));
     assert_eq!(filter.stats().rebuilds, 1);
+}
+
+/// A filter that started *verifying* (a snapshot it could not catch up) and is then rebuilt
+/// by its owner (`start_building` … `finish`, as bloom-redis does) sets
+/// `bloom_filter_verifying` back to 0, as a `reload_from` does: otherwise the gauge, and the
+/// alert on it, stays at 1 while the filter rejects absent keys again.
+#[cfg(feature = "metrics")]
+#[test]
+fn an_owner_rebuild_of_a_verifying_filter_clears_the_verifying_gauge() {
+    let recorder = descriptions::Descriptions::default();
+    let dir = tempfile::tempdir().unwrap();
+    let ids: Vec<u64> = (0..100).collect();
+    let start = || {
+        SharedFilter::<u64>::builder()
+            .name("users")
+            .snapshot(dir.path().join("users.bloom"))
+            .start(seeded(), &ids)
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // A local recorder sees what this thread emits, and block_on runs the tasks here.
+    metrics::with_local_recorder(&recorder, || {
+        runtime.block_on(async {
+            let (first, _) = start().await.unwrap();
+            first.save_snapshot().await.unwrap();
+            // A Vec cannot say what changed since the snapshot: this one serves verifying.
+            let (filter, started) = start().await.unwrap();
+            assert!(matches!(started, Started::Verifying { .. }));
+            let building = filter.start_building(seeded()).unwrap();
+            building.handle().fill_from(&ids).await.unwrap();
+            building.finish();
+            assert!(!filter.is_verifying());
+        })
+    });
+    let gauges = recorder.2.lock().unwrap();
+    let verifying = &gauges["bloom_filter_verifying{filter=users}"];
+    assert_eq!(verifying.last(), Some(&0.0), "set in order: {verifying:?}");
+    assert!(verifying.contains(&1.0), "{verifying:?}");
 }

@@ -65,8 +65,6 @@ pub(super) enum Count {
 
 /// What [`Run::swap_in`] did.
 pub(super) struct Swapped {
-    /// The filter that served until the swap.
-    pub(super) replaced: Arc<Generation>,
     /// Distinct keys in the swapped-in filter.
     pub(super) items: u64,
     /// From the start of the run to the swap.
@@ -94,7 +92,8 @@ impl Run {
     }
 
     /// Swaps `next` in (from now on it serves, and inserts write it alone), ends the run and
-    /// records it: the rebuild counter, the slot, the duration and the key-count metrics.
+    /// records it: the rebuild counter, the slot, the duration and the key-count metrics, and
+    /// the end of verifying if the filter it replaces was.
     pub(super) fn swap_in(mut self, next: &Arc<Generation>, count: Count) -> Swapped {
         let shared = &*self.shared;
         // Swap, under the write lock: no insert is between writing the old filter and
@@ -122,11 +121,14 @@ impl Run {
         if let Some(mut slot) = self.slot.take() {
             slot.last = Some(Finished::Rebuilt { keys });
         }
-        Swapped {
-            replaced,
-            items,
-            elapsed,
+        // Whoever filled it, the new filter is complete: a verifying one it replaces (a
+        // snapshot that could not be caught up) stops letting keys through, and the gauge
+        // says so (it stayed at 1 after a rebuild by an owner, e.g. bloom-redis).
+        if replaced.verifying {
+            shared.counters.verifying(&shared.name, false);
+            tracing::info!(filter = %shared.name, keys, "rebuilt the filter; it rejects absent keys again");
         }
+        Swapped { items, elapsed }
     }
 
     /// Ends the run as failed with `error` (abandoning the filter being built, if published),

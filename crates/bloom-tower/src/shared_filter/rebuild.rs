@@ -202,10 +202,6 @@ impl<K: ?Sized> SharedFilter<K> {
 
         next.set_watermark(watermark);
         let swapped = run.swap_in(&next, Count::Read(read));
-        if swapped.replaced.verifying {
-            shared.counters.verifying(&shared.name, false);
-            tracing::info!(filter = %shared.name, keys = read, "rebuilt the filter; it rejects absent keys again");
-        }
 
         let (items, elapsed) = (swapped.items, swapped.elapsed);
         *shared
