@@ -27,6 +27,7 @@ use bloom_core::BloomFilter;
 use futures_util::{StreamExt, TryStreamExt};
 
 use super::{Inner, lock};
+use crate::conn::Conn;
 use crate::protocol::{self, SEGMENTS_PER_GROUP, group_of};
 use crate::scripts::{self, Written};
 use crate::{Error, ReconcileReport};
@@ -196,6 +197,17 @@ impl Ledger {
     }
 }
 
+/// A group's `all` count in its version hash `key` (0 before any write): what the
+/// incremental pass compares with the one held.
+async fn group_count(conn: &mut Conn, key: &str) -> Result<u64, Error> {
+    let all: Option<u64> = redis::cmd("HGET")
+        .arg(key)
+        .arg("all")
+        .query_async(conn)
+        .await?;
+    Ok(all.unwrap_or(0))
+}
+
 /// The segments of `group`.
 fn segments_of(group: u64, segments: u64) -> std::ops::Range<u64> {
     group * SEGMENTS_PER_GROUP..((group + 1) * SEGMENTS_PER_GROUP).min(segments)
@@ -309,12 +321,7 @@ impl Inner {
             .each_group(|group| async move {
                 let mut conn = self.conn.clone();
                 let key = self.keys.versions(generation, group);
-                let all: Option<u64> = redis::cmd("HGET")
-                    .arg(&key)
-                    .arg("all")
-                    .query_async(&mut conn)
-                    .await?;
-                let all = all.unwrap_or(0);
+                let all = group_count(&mut conn, &key).await?;
                 if self.ledger.group_held(generation, group) == Some(all) {
                     return Ok(None);
                 }
@@ -347,11 +354,7 @@ impl Inner {
         self.each_group(|group| async move {
             let mut conn = self.conn.clone();
             let versions = self.keys.versions(generation, group);
-            let all: Option<u64> = redis::cmd("HGET")
-                .arg(&versions)
-                .arg("all")
-                .query_async(&mut conn)
-                .await?;
+            let all = group_count(&mut conn, &versions).await?;
             let mut differ = Vec::new();
             let range: Vec<u64> = segments_of(group, segments).collect();
             for chunk in range.chunks(per_call as usize) {
@@ -373,7 +376,7 @@ impl Inner {
                     }
                 }
             }
-            Ok((group, all.unwrap_or(0), differ))
+            Ok((group, all, differ))
         })
         .await
     }
