@@ -186,8 +186,10 @@ pub(crate) enum Kind {
     /// The generation now serves: switch.
     Switched = 3,
     /// "Every insert I made before this message was published before it": the sender's
-    /// heartbeat. The one word is its resync epoch (bumped when bits it could not publish
-    /// were pushed into the segments instead, so receivers must pull before trusting it).
+    /// heartbeat. Words: its resync epoch (bumped when bits it could not publish were pushed
+    /// into the segments instead, so receivers must pull before trusting it), then when it
+    /// was sent (ms, on the sender's monotonic clock; absent from senders before it, which
+    /// receivers count from arrival).
     Tick = 4,
     /// Records were committed on the sender: the words are the keys' keyed digests, for
     /// dropping cached "not found" answers.

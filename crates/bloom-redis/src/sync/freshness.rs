@@ -3,12 +3,19 @@
 //!
 //! Every instance publishes heartbeats that follow everything it published (see
 //! [`publisher`](super::publisher)). The view is **fresh** while, within `stale_after`, a
-//! heartbeat arrived from every instance it knows — itself included, which proves that its
+//! heartbeat was *sent* by every instance it knows — itself included, which proves that its
 //! own publishing and its subscription both work — and nothing it must pull is outstanding
 //! (after a resubscription, or an instance's resync epoch). A key inserted and published on
 //! any of those instances before its last heartbeat is then in our filter. Otherwise the view
 //! is **stale** and the [`StalePolicy`] decides: the cost is one clock read on the path of a
 //! would-be rejection only.
+//!
+//! A heartbeat vouches for what its sender had published when it sent it, so it counts from
+//! then, not from its arrival: a link that hangs, then delivers what it held, hands over
+//! heartbeats sent before inserts their sender could not publish since. Counted from their
+//! arrival, they made the view fresh without those keys (the fleet figures test answered
+//! "absent" 0.4–1.5 s after a create returned). Each heartbeat carries its sender's clock;
+//! [`Transit`] turns it into ours.
 //!
 //! An instance is known from its first heartbeat until it says it is leaving, or until it
 //! has been silent for `member_timeout` (presumed gone: killed, or cut off for good).
@@ -57,10 +64,54 @@ struct View {
 }
 
 struct Member {
+    /// When (ms, our clock) its newest heartbeat was sent.
     last_heartbeat: u64,
     epoch: u64,
     /// Since when (ms) a pull is owed because this member bumped its resync epoch.
     pull_owed_since: Option<u64>,
+    transit: Transit,
+}
+
+/// How long the fastest recent heartbeats took to arrive: half of [`Transit`]'s window.
+const TRANSIT_WINDOW_HALF_MS: u64 = 15_000;
+
+/// Maps a sender's clock onto ours: `arrival - sent` is the clocks' offset plus the trip, and
+/// its minimum over the last 15 to 30 s of heartbeats is the offset plus the fastest trip.
+/// A heartbeat is taken as sent at `sent + that minimum`: the moment it arrived if it was as
+/// fast as the fastest, earlier by however long it was held. The window is two buckets,
+/// rotated only when a heartbeat arrives, so the heartbeats from before a silence of any
+/// length are the yardstick for those the silence held back; and short enough that two
+/// clocks drifting apart (100 ppm: 3 ms over 30 s) do not matter.
+struct Transit {
+    /// Smallest `arrival - sent` (i128: any two u64 clocks) in each bucket.
+    current: i128,
+    previous: i128,
+    current_since: u64,
+}
+
+impl Transit {
+    fn new(now: u64) -> Self {
+        Self {
+            current: i128::MAX,
+            previous: i128::MAX,
+            current_since: now,
+        }
+    }
+
+    /// When (our clock) a heartbeat stamped `sent` on its sender's clock, arriving `now`,
+    /// was sent.
+    fn sent_at(&mut self, sent: u64, now: u64) -> u64 {
+        if now.saturating_sub(self.current_since) >= TRANSIT_WINDOW_HALF_MS {
+            self.previous = self.current;
+            self.current = i128::MAX;
+            self.current_since = now;
+        }
+        let offset = i128::from(now) - i128::from(sent);
+        self.current = self.current.min(offset);
+        let fastest = self.current.min(self.previous);
+        // `fastest <= offset`, so never later than `now`.
+        (i128::from(sent) + fastest).clamp(0, i128::from(now)) as u64
+    }
 }
 
 /// The view's state, for [`RedisSync::stats`](crate::RedisSync::stats).
@@ -92,8 +143,8 @@ impl Freshness {
         }
     }
 
-    /// Milliseconds since `base`, from 1.
-    fn now(&self) -> u64 {
+    /// Milliseconds since `base`, from 1: the clock our heartbeats carry.
+    pub(super) fn now(&self) -> u64 {
         self.base.elapsed().as_millis() as u64 + 1
     }
 
@@ -136,21 +187,24 @@ impl Freshness {
         allowed
     }
 
-    /// A heartbeat from `sender` (ourselves included). `true` if it asks for a pull (its
-    /// resync epoch moved): the caller wakes the reconciler.
-    pub(super) fn heartbeat(&self, sender: u64, epoch: u64) -> bool {
+    /// A heartbeat from `sender` (ourselves included), stamped `sent` on its clock (`None`
+    /// from a sender that predates the stamp: counted from its arrival). `true` if it asks
+    /// for a pull (its resync epoch moved): the caller wakes the reconciler.
+    pub(super) fn heartbeat(&self, sender: u64, epoch: u64, sent: Option<u64>) -> bool {
         let now = self.now();
         let mut view = lock(&self.view);
         let mut pull = false;
         let member = view.members.entry(sender).or_insert_with(|| {
             tracing::debug!(prefix = %self.prefix, instance = format_args!("{sender:016x}"), "heard from a new instance");
             Member {
-                last_heartbeat: now,
+                last_heartbeat: 0,
                 epoch,
                 pull_owed_since: None,
+                transit: Transit::new(now),
             }
         });
-        member.last_heartbeat = now;
+        let sent_at = sent.map_or(now, |sent| member.transit.sent_at(sent, now));
+        member.last_heartbeat = member.last_heartbeat.max(sent_at);
         if epoch > member.epoch {
             member.epoch = epoch;
             member.pull_owed_since = Some(now);
@@ -345,5 +399,67 @@ impl Inner {
             tokio::time::sleep(self.cfg.heartbeat).await;
             self.freshness.watch();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{TRANSIT_WINDOW_HALF_MS, Transit};
+
+    /// The sender's clock runs 5 s behind ours; the fastest trip is 2 ms.
+    const BEHIND: u64 = 5_000;
+
+    #[test]
+    fn a_heartbeat_as_fast_as_the_fastest_counts_from_its_arrival() {
+        let mut transit = Transit::new(10_000);
+        for sent in (5_000..5_100).step_by(10) {
+            assert_eq!(transit.sent_at(sent, sent + BEHIND + 2), sent + BEHIND + 2);
+        }
+        // A slower one counts from when it was sent, give or take the fastest trip.
+        assert_eq!(
+            transit.sent_at(5_200, 5_200 + BEHIND + 30),
+            5_200 + BEHIND + 2
+        );
+    }
+
+    #[test]
+    fn a_held_heartbeat_counts_from_when_it_was_sent_after_any_silence() {
+        let mut transit = Transit::new(10_000);
+        transit.sent_at(5_000, 5_000 + BEHIND + 2);
+        // Silent for four windows, then what the link held arrives, oldest first.
+        let arrival = 5_000 + BEHIND + 8 * TRANSIT_WINDOW_HALF_MS;
+        for held in [5_050, 5_100, 5_150] {
+            assert_eq!(transit.sent_at(held, arrival), held + BEHIND + 2);
+        }
+        // Then heartbeats sent after the silence: at their arrival again.
+        let sent = arrival - BEHIND + 1;
+        assert_eq!(transit.sent_at(sent, sent + BEHIND + 2), sent + BEHIND + 2);
+    }
+
+    #[test]
+    fn clocks_drifting_apart_are_followed_within_a_window() {
+        // The sender's clock loses 1 ms every second (10× worse than a bad crystal).
+        let mut transit = Transit::new(0);
+        let mut late_by_most = 0;
+        for second in 0..600u64 {
+            let ours = 100_000 + second * 1_000;
+            let sent = ours - BEHIND - second;
+            let counted = transit.sent_at(sent, ours + 2);
+            late_by_most = late_by_most.max(ours + 2 - counted);
+        }
+        // Never more than the drift over a window (30 s: 30 ms) behind its arrival.
+        assert!(
+            late_by_most <= 2 * TRANSIT_WINDOW_HALF_MS / 1_000,
+            "{late_by_most}"
+        );
+    }
+
+    #[test]
+    fn a_first_heartbeat_counts_from_its_arrival_and_none_after_it() {
+        // Whatever the sender's clock reads (here far ahead of ours).
+        let mut transit = Transit::new(0);
+        assert_eq!(transit.sent_at(u64::MAX / 2, 7), 7);
+        // A faster trip than the first one's sets the new yardstick: counted at arrival.
+        assert_eq!(transit.sent_at(u64::MAX / 2 + 10, 12), 12);
     }
 }

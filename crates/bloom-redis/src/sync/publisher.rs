@@ -330,7 +330,8 @@ impl Inner {
             }
             if heartbeat {
                 let epoch = self.outbox.epoch.load(Relaxed);
-                let message = protocol::encode(Kind::Tick, self.id, 0, &[epoch]);
+                let sent = self.freshness.now();
+                let message = protocol::encode(Kind::Tick, self.id, 0, &[epoch, sent]);
                 pipe.cmd("PUBLISH").arg(&channel).arg(message).ignore();
             }
             let mut conn = self.conn.clone();

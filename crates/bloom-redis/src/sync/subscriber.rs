@@ -68,7 +68,8 @@ impl Inner {
             // Our own heartbeats count: they prove our publishing and subscription work.
             Kind::Tick => {
                 let epoch = message.words.first().copied().unwrap_or(0);
-                if self.freshness.heartbeat(message.sender, epoch) {
+                let sent = message.words.get(1).copied();
+                if self.freshness.heartbeat(message.sender, epoch, sent) {
                     self.wake_reconcile.notify_one();
                 }
             }

@@ -34,6 +34,10 @@ pub enum Mode {
     /// queue with its own connections, so further SYNs are dropped and `connect()` hangs in
     /// SYN retransmits. Back in `Pass`, a retransmitted SYN gets through (after ~1-3 s).
     Blackhole,
+    /// An asymmetric partition: open connections forward what the client sends (bytes held
+    /// in `Hang` included), but hold what the server answers; new connections are accepted
+    /// and connected upstream. Back in `Pass`, the held answers flow.
+    RequestsOnly,
     /// Connection reset: every open connection is closed abruptly with RST (zero linger), and
     /// new ones are accepted then reset at once (the client sees ECONNRESET, not a refusal).
     Reset,
@@ -198,8 +202,8 @@ async fn accept_loop(
     }
 }
 
-/// Forwards between `client` and `upstream` while the mode is `Pass`; holds everything in
-/// `Hang`/`Blackhole`; resets the client in `Reset`; ends on EOF/error either side or when
+/// Forwards between `client` and `upstream` while the mode is `Pass` (client to upstream
+/// only in `RequestsOnly`); holds everything in `Hang`/`Blackhole`; resets the client in `Reset`; ends on EOF/error either side or when
 /// the proxy is dropped.
 async fn pump(
     mut client: TcpStream,
@@ -217,8 +221,9 @@ async fn pump(
                 }
                 continue;
             }
-            Mode::Pass => {}
+            Mode::Pass | Mode::RequestsOnly => {}
         }
+        let answers = current == Mode::Pass;
         // `biased`, mode first: once `set_mode` has returned, bytes arriving later are never
         // read here in a non-`Pass` mode. (Reads are cancel-safe; writes are not, so a write
         // in flight only gives way to `Reset`.)
@@ -226,7 +231,7 @@ async fn pump(
             biased;
             changed = mode.changed() => if changed.is_err() { return } else { continue },
             read = client.read(&mut up_buf) => match read { Ok(n) if n > 0 => (n, true), _ => return },
-            read = upstream.read(&mut down_buf) => match read { Ok(n) if n > 0 => (n, false), _ => return },
+            read = upstream.read(&mut down_buf), if answers => match read { Ok(n) if n > 0 => (n, false), _ => return },
         };
         let write = async {
             if to_upstream {
