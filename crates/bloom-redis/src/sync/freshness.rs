@@ -72,7 +72,7 @@ struct Member {
     transit: Transit,
 }
 
-/// How long the fastest recent heartbeats took to arrive: half of [`Transit`]'s window.
+/// Half the window over which [`Transit`] keeps the fastest trip of a heartbeat.
 const TRANSIT_WINDOW_HALF_MS: u64 = 15_000;
 
 /// Maps a sender's clock onto ours: `arrival - sent` is the clocks' offset plus the trip, and
