@@ -66,10 +66,12 @@ pub fn sizes() -> Vec<u64> {
 /// selected benchmark needs: it answers `false` only when every positional argument names one
 /// of `others` and not `label`, and `true` whenever in doubt. Benchmarks build what they need
 /// on first use anyway, so a wrong `false` costs accuracy only under `--quick` (no warm-up).
+/// Numbers are not filters: they are the values of options such as `--warm-up-time 1`, which
+/// would otherwise name none of `others` and select everything.
 pub fn filter_may_select(label: &str, others: &[&str]) -> bool {
     let positional: Vec<String> = std::env::args()
         .skip(1)
-        .filter(|a| !a.starts_with('-'))
+        .filter(|a| !a.starts_with('-') && a.parse::<f64>().is_err())
         .collect();
     positional.is_empty()
         || positional
