@@ -15,11 +15,13 @@
 //!   key);
 //! * `bloomfilter`: `bloomfilter::Bloom` (two SipHash-1-3, random key).
 //!
-//! Every filter is sized for `n` items at p = 1%, with n = 1M (about 1.2 MB: fits in cache) and,
-//! when `BLOOM_BENCH_LARGE=1`, n = 50M (about 60 MB: out of cache). Keys are `u64` ids and
+//! Every filter is sized for `n` items at p = 1%, with n = 1M (about 1.2 MB: past a 1 MiB L2,
+//! inside L3), n = 300k (about 0.37 MB: inside L2; the single-lookup groups of `u64` keys only)
+//! and, when `BLOOM_BENCH_LARGE=1`, n = 50M (about 60 MB: out of cache). Keys are `u64` ids and
 //! 24-byte strings `"user:%019d"`, generated before timing and queried in shuffled order from
-//! a pre-generated array walked cyclically, so successive lookups are independent (a
-//! throughput loop, not a latency chain). Groups, named for a table:
+//! a pre-generated array walked cyclically (`min(n, 2^20)` rounded down to a multiple of 1024
+//! keys: 999,424 at 1M, 299,008 at 300k), so successive lookups are independent (a throughput
+//! loop, not a latency chain) and touch lines all over the filter. Groups, named for a table:
 //!
 //! * `insert/{u64,str}/{1M,50M}`: one insert per iteration into a filter that is cleared
 //!   (untimed) each time the shuffled member keys have all been inserted. The counting and
@@ -34,27 +36,36 @@
 //!   (throughput in keys): `bloom-core-blocked` / `-classic` through `contains_many` (hashes
 //!   ahead and prefetches); the counting and scalable filters, which have no batch lookup,
 //!   and the peers through a loop of `contains` collected into the same `Vec<bool>`;
-//! * `floor/{siphash13_u64,random_line_read_1.2MB}`: the floor of a single in-cache lookup,
-//!   the hash of an 8-byte key and one random line read from an array of the 1M filter's size;
+//! * `floor/…`: the floor of a single lookup, in its two parts, measured the way the
+//!   `contains_hit/u64/…` rows run (one per iteration, from arrays as long as those rows' key
+//!   arrays, read sequentially and cyclically as they read their keys):
+//!   * `siphash13_u64`: SipHash-1-3 of an 8-byte key (the `siphasher` crate, keyed);
+//!   * `random_line_read_1M_1.24MB_past_L2`: one word of a random 64-byte line of an array the
+//!     size of the Blocked filter at 1M (1.24 MB), 999,424 positions uniform over all of it, as
+//!     the 1M hit rows touch it: more than a 1 MiB L2 holds, so part of the reads go to L3;
+//!   * `random_line_read_300k_0.37MB_in_L2`: the same at 300k (0.37 MB, 299,008 positions),
+//!     an array that stays in L2: the "one L2 line" part of the floor, for the 300k hit rows.
+//!
+//!   The floor of `contains_hit/u64/<n>` is `siphash13_u64` + `random_line_read_<n>_…`;
 //! * `contains_threads/…`: `bloom-core-blocked-1t` / `-2t`, hits looked up by 1 or 2 threads
 //!   sharing one `&BloomFilter`; `time(1t) / time(2t)` is the 2-thread speedup.
 //!
-//! At start the bits per item (of memory) of each implementation at 1M and 50M are printed to
-//! stderr (for the scalable filters, of their first stage: what they hold before any insert);
-//! when the filled filters are built, the fill time, each one's false-positive rate on the
-//! non-member queries and bits per item once filled, and the scalable filters' numbers of
-//! stages are printed too (and any false negative on the members panics).
+//! At start the bits per item (of memory) of each implementation at 300k, 1M and 50M are printed
+//! to stderr (for the scalable filters, of their first stage: what they hold before any
+//! insert); when the filled filters are built, the fill time, each one's false-positive rate
+//! on the non-member queries and bits per item once filled, and the scalable filters' numbers
+//! of stages are printed too (and any false negative on the members panics).
 //!
 //! Setup is done before criterion times anything, and only for the key kinds and sizes the
 //! command-line filter can select: the 50M fill takes minutes (every insert is a cache miss;
 //! about 100 s on a loaded 2-vCPU VM before the counting and scalable filters were added,
-//! which add to it). Default settings: 1 s warm-up, 2 s measurement, 30 samples; the 1M-only
-//! run takes about 5 minutes.
+//! which add to it). Default settings: 1 s warm-up, 2 s measurement, 30 samples; the 1M groups
+//! take about 5 minutes, and the 300k ones (14 rows) add about 45 s.
 //!
 //! Run (from the workspace root):
 //! ```text
-//! cargo bench -p bloom-benches --bench core                                 # 1M only
-//! BLOOM_BENCH_LARGE=1 cargo bench -p bloom-benches --bench core             # 1M and 50M
+//! cargo bench -p bloom-benches --bench core                                 # 300k and 1M
+//! BLOOM_BENCH_LARGE=1 cargo bench -p bloom-benches --bench core             # and 50M
 //! cargo bench -p bloom-benches --bench core -- 'contains_hit/u64' --quick  # a subset
 //! ```
 //! Results: `target/criterion/<group with '/' as '_'>/<function>/new/estimates.json`, e.g.
@@ -69,12 +80,14 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use bloom_benches::{
-    BATCH, FPR, KeySet, LARGE, SMALL, STR_KEY_LEN, StrKeys, U64Keys, filter_may_select, query_ids,
-    size_label, sizes, write_str_key,
+    BATCH, FPR, IN_L2, KeySet, LARGE, SMALL, STR_KEY_LEN, StrKeys, U64Keys, filter_may_select,
+    query_count, query_ids, size_label, sizes, write_str_key,
 };
 use bloom_core::{BloomFilter, CountingBloomFilter, Key, Layout, ScalableBloomFilter};
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
 /// One Bloom filter implementation, seen through what the benchmarks need. (What `insert`
 /// returns differs between the crates; the benchmarks only feed it to `black_box`.)
@@ -669,8 +682,17 @@ where
     end - start
 }
 
-/// Every group for one key kind and size.
-fn bench_kind<S: BulkKeys>(c: &mut Criterion, n: u64)
+/// Which groups [`bench_kind`] registers for a key kind and size.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    /// Every group (the [`sizes`]).
+    All,
+    /// `contains_hit` and `contains_miss` only (the [`IN_L2`] size).
+    SingleLookups,
+}
+
+/// The groups of `scope` for one key kind and size.
+fn bench_kind<S: BulkKeys>(c: &mut Criterion, n: u64, scope: Scope)
 where
     S::Key: Key + Hash,
 {
@@ -680,7 +702,7 @@ where
     // it would count against `--quick` mode's time budget (which has no warm-up) and leave
     // that benchmark measured over a handful of cold iterations.
     let label = size_label(n);
-    let all_labels = [SMALL, LARGE].map(size_label);
+    let all_labels = [IN_L2, SMALL, LARGE].map(size_label);
     let other_sizes: Vec<&str> = all_labels
         .iter()
         .map(String::as_str)
@@ -690,7 +712,9 @@ where
         .into_iter()
         .filter(|k| *k != S::NAME)
         .collect();
-    let here = filter_may_select(S::NAME, &other_kinds) && filter_may_select(&label, &other_sizes);
+    let here = filter_may_select(S::NAME, &other_kinds)
+        && filter_may_select(&label, &other_sizes)
+        && (scope == Scope::All || filter_may_select("contains", &["insert"]));
     if here {
         if filter_may_select("contains", &["insert"]) {
             setup.filled();
@@ -706,6 +730,9 @@ where
         (Op::ManyHit, "contains_many_hit", BATCH as u64),
         (Op::ManyMiss, "contains_many_miss", BATCH as u64),
     ] {
+        if scope == Scope::SingleLookups && !matches!(op, Op::ContainsHit | Op::ContainsMiss) {
+            continue;
+        }
         let mut group = c.benchmark_group(format!("{name}/{}", setup.label()));
         group.throughput(Throughput::Elements(elements));
         each_impl(&mut Bench {
@@ -715,6 +742,9 @@ where
             eager: eager_insert,
         });
         group.finish();
+    }
+    if scope == Scope::SingleLookups {
+        return;
     }
 
     let mut group = c.benchmark_group(format!("contains_threads/{}", setup.label()));
@@ -729,49 +759,76 @@ where
     group.finish();
 }
 
-/// The floor of a single in-cache lookup: SipHash-1-3 of an 8-byte key (the `siphasher`
-/// crate, keyed) and one random 64-byte line read from a 1.2 MB array (the filter's size at
-/// 1M keys). `floor/*`, one per iteration, keys and positions cycling as in the other groups.
+/// One 64-byte cache line of the floor's arrays (aligned like the filter's lines).
+#[repr(C, align(64))]
+struct FloorLine([u64; 8]);
+
+/// The floor of a single lookup, in its two parts (see the module doc): `floor/siphash13_u64`
+/// (SipHash-1-3 of an 8-byte key, the `siphasher` crate, keyed) and
+/// `floor/random_line_read_<n>_<size>_<where>` (one word of a random 64-byte line of an
+/// array the size of the Blocked filter for `n` keys), one per iteration. Keys and positions
+/// are as many as the `contains_hit/u64/<n>` rows walk, in arrays read sequentially and
+/// cyclically as those rows read their keys, the positions uniform over the whole array.
 fn floor(c: &mut Criterion) {
     use std::hash::Hasher as _;
 
     let mut group = c.benchmark_group("floor");
     group.throughput(Throughput::Elements(1));
-    let keys: Vec<u64> = (0..4096u64)
+    let keys: Vec<u64> = (0..query_count(SMALL) as u64)
         .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
         .collect();
     group.bench_function("siphash13_u64", |b| {
         let mut i = 0;
         b.iter(|| {
-            i = (i + 1) & 4095;
             let mut h = siphasher::sip::SipHasher13::new_with_keys(7, 11);
-            h.write_u64(black_box(keys[i]));
-            black_box(h.finish())
+            h.write_u64(keys[i]);
+            i += 1;
+            if i == keys.len() {
+                i = 0;
+            }
+            h.finish()
         });
     });
-    let lines: Vec<[u64; 8]> = vec![[1; 8]; (1_200_000 / 64) as usize];
-    let positions: Vec<usize> = keys.iter().map(|k| (*k as usize) % lines.len()).collect();
-    group.bench_function("random_line_read_1.2MB", |b| {
-        let mut i = 0;
-        b.iter(|| {
-            i = (i + 1) & 4095;
-            black_box(lines[positions[i]][positions[i] & 7])
+    drop(keys);
+    for (n, place) in [(SMALL, "past_L2"), (IN_L2, "in_L2")] {
+        let bytes = ours(n, Layout::Blocked).size_in_bytes();
+        let lines: Vec<FloorLine> = (0..bytes / 64).map(|_| FloorLine([1; 8])).collect();
+        let mut rng = StdRng::seed_from_u64(0xf100 ^ n);
+        let positions: Vec<usize> = (0..query_count(n))
+            .map(|_| rng.random_range(0..lines.len()))
+            .collect();
+        let name = format!(
+            "random_line_read_{}_{:.2}MB_{place}",
+            size_label(n),
+            bytes as f64 / 1e6
+        );
+        group.bench_function(name, |b| {
+            let mut i = 0;
+            b.iter(|| {
+                let p = positions[i];
+                i += 1;
+                if i == positions.len() {
+                    i = 0;
+                }
+                lines[p].0[p & 7]
+            });
         });
-    });
+    }
     group.finish();
 }
 
 fn benches(c: &mut Criterion) {
     floor(c);
     eprintln!("[memory] bits per item at p = {FPR}:");
-    for n in [SMALL, LARGE] {
+    for n in [IN_L2, SMALL, LARGE] {
         eprint!("  n = {}:", size_label(n));
         each_impl::<u64>(&mut Memory(n));
         eprintln!();
     }
+    bench_kind::<U64Keys>(c, IN_L2, Scope::SingleLookups);
     for n in sizes() {
-        bench_kind::<U64Keys>(c, n);
-        bench_kind::<StrKeys>(c, n);
+        bench_kind::<U64Keys>(c, n, Scope::All);
+        bench_kind::<StrKeys>(c, n, Scope::All);
     }
 }
 

@@ -18,8 +18,12 @@ use rand::{SeedableRng, seq::index};
 /// The false-positive rate every filter is sized for.
 pub const FPR: f64 = 0.01;
 
-/// The in-cache size (about 1.2 MB of bits at 1%), always run.
+/// The in-cache size (about 1.2 MB of bits at 1%: past a 1 MiB L2, inside L3), always run.
 pub const SMALL: u64 = 1_000_000;
+
+/// The in-L2 size (about 0.36 MB of bits at 1%: a third of a 1 MiB L2), always run, for the
+/// single-lookup groups only (core.rs's `contains_hit` and `contains_miss` of `u64` keys).
+pub const IN_L2: u64 = 300_000;
 
 /// The out-of-cache size (about 60 MB of bits at 1%), run only when [`LARGE_ENV`] is `1`.
 pub const LARGE: u64 = 50_000_000;
@@ -62,10 +66,12 @@ pub fn sizes() -> Vec<u64> {
 /// selected benchmark needs: it answers `false` only when every positional argument names one
 /// of `others` and not `label`, and `true` whenever in doubt. Benchmarks build what they need
 /// on first use anyway, so a wrong `false` costs accuracy only under `--quick` (no warm-up).
+/// Numbers are not filters: they are the values of options such as `--warm-up-time 1`, which
+/// would otherwise name none of `others` and select everything.
 pub fn filter_may_select(label: &str, others: &[&str]) -> bool {
     let positional: Vec<String> = std::env::args()
         .skip(1)
-        .filter(|a| !a.starts_with('-'))
+        .filter(|a| !a.starts_with('-') && a.parse::<f64>().is_err())
         .collect();
     positional.is_empty()
         || positional
@@ -100,8 +106,17 @@ pub fn query_ids(n: u64, seed: u64) -> (Vec<u64>, Vec<u64>) {
     query_ids_at_most(n, MAX_QUERIES, seed)
 }
 
+/// How many member (and non-member) query keys [`query_ids`] gives for `n` members.
+pub fn query_count(n: u64) -> usize {
+    query_count_at_most(n, MAX_QUERIES)
+}
+
+fn query_count_at_most(n: u64, max: usize) -> usize {
+    (n.min(max as u64) as usize) / BATCH * BATCH
+}
+
 fn query_ids_at_most(n: u64, max: usize, seed: u64) -> (Vec<u64>, Vec<u64>) {
-    let count = (n.min(max as u64) as usize) / BATCH * BATCH;
+    let count = query_count_at_most(n, max);
     assert!(count > 0, "n = {n} is smaller than one batch of {BATCH}");
     let mut rng = StdRng::seed_from_u64(seed);
     let mut members: Vec<u64> = if n as usize == count {
@@ -230,6 +245,7 @@ mod tests {
     fn queries_are_shuffled_members_and_non_members() {
         let (hit, miss) = query_ids(10_000, 1);
         assert_eq!(hit.len(), 9 * BATCH);
+        assert_eq!(query_count(10_000), hit.len());
         assert_eq!(miss.len(), hit.len());
         assert!(hit.iter().all(|&i| i < 10_000));
         assert!(miss.iter().all(|&i| i >= MISS_BASE));

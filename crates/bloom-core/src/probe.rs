@@ -86,11 +86,11 @@ mod x86 {
     #![allow(unsafe_code)]
     use std::arch::asm;
     use std::arch::x86_64::{
-        __m128i, __m256i, _mm256_and_si256, _mm256_andnot_si256, _mm256_blend_epi32,
-        _mm256_blendv_ps, _mm256_castps_si256, _mm256_castsi256_ps, _mm256_cmpgt_epi32,
-        _mm256_permutevar8x32_epi32, _mm256_set_m128i, _mm256_set1_epi32, _mm256_set1_epi64x,
-        _mm256_setr_epi32, _mm256_setr_epi64x, _mm256_slli_epi32, _mm256_sllv_epi32,
-        _mm256_srli_epi32, _mm256_srlv_epi64, _mm256_testz_si256,
+        __m128i, __m256i, _mm256_and_si256, _mm256_blend_epi32, _mm256_blendv_ps,
+        _mm256_castps_si256, _mm256_castsi256_ps, _mm256_loadu_si256, _mm256_permutevar8x32_epi32,
+        _mm256_set_m128i, _mm256_set1_epi32, _mm256_set1_epi64x, _mm256_setr_epi64x,
+        _mm256_slli_epi32, _mm256_sllv_epi32, _mm256_srli_epi32, _mm256_srlv_epi64,
+        _mm256_testc_si256,
     };
 
     use crate::bit_vector::Line;
@@ -101,6 +101,23 @@ mod x86 {
 
     /// The odd constant of the refill `mix(h2 + i · REFILL)` (as in `for_each_in_block`).
     const REFILL: u64 = 0x9E37_79B9_7F4A_7C15;
+
+    /// `ONES[n]`: 1 in the 32-bit lanes of probes `0..n`, 0 in the others (lane `2j` holds
+    /// probe `j`, lane `2j + 1` probe `4 + j`: see [`group`]).
+    static ONES: [[u32; 8]; 8] = {
+        const PROBE_OF_LANE: [u32; 8] = [0, 4, 1, 5, 2, 6, 3, 7];
+        let mut ones = [[0; 8]; 8];
+        let mut n = 0;
+        while n < 8 {
+            let mut lane = 0;
+            while lane < 8 {
+                ones[n][lane] = (PROBE_OF_LANE[lane] < n as u32) as u32;
+                lane += 1;
+            }
+            n += 1;
+        }
+        ones
+    };
 
     /// The hash word that supplies probes `first..first + 7` (`first` a multiple of 7).
     #[inline(always)]
@@ -123,11 +140,10 @@ mod x86 {
         // SAFETY: `load_line` and `group` need AVX2, which this function is only called with.
         unsafe {
             let (lo, hi) = load_line(block);
-            let all = group(lo, hi, h2, k.min(PER_WORD));
             if k <= PER_WORD {
-                all
+                group(lo, hi, h2, k)
             } else {
-                all & more_groups(lo, hi, h2, k)
+                group(lo, hi, h2, PER_WORD) & more_groups(lo, hi, h2, k)
             }
         }
     }
@@ -213,9 +229,10 @@ mod x86 {
     #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn group(lo: __m256i, hi: __m256i, bits: u64, n: u32) -> bool {
-        // SAFETY: register-only intrinsics on a CPU with AVX2 (the caller's guarantee). Since
-        // Rust 1.87 these are safe to call in an AVX2 function; at the crate's rust-version
-        // (1.85) they are `unsafe fn`, hence the block and the allow.
+        // SAFETY: AVX2 intrinsics on a CPU with AVX2 (the caller's guarantee): register-only
+        // ones, which since Rust 1.87 are safe to call in an AVX2 function but at the crate's
+        // rust-version (1.85) are `unsafe fn` (hence the allow), and one load, from `ONES`:
+        // `ONES[n & 7]` is 32 initialised, immutable bytes, and `loadu` needs no alignment.
         #[allow(unused_unsafe)]
         unsafe {
             let v = _mm256_set1_epi64x(bits as i64);
@@ -232,17 +249,12 @@ mod x86 {
                 _mm256_castsi256_ps(_mm256_permutevar8x32_epi32(hi, idx)),
                 _mm256_castsi256_ps(_mm256_slli_epi32::<23>(off)),
             ));
-            let bit = _mm256_sllv_epi32(
-                _mm256_set1_epi32(1),
-                _mm256_and_si256(off, _mm256_set1_epi32(31)),
-            );
-            // Lane order → probe number: the lanes of probes n.. do not count.
-            let valid = _mm256_cmpgt_epi32(
-                _mm256_set1_epi32(n as i32),
-                _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7),
-            );
-            let missing = _mm256_andnot_si256(word, _mm256_and_si256(bit, valid));
-            _mm256_testz_si256(missing, missing) == 1
+            // The probe's bit in its 32-bit word, in the lanes of probes 0..n only (a shift
+            // of `ONES[n]`, whose other lanes are 0: the lanes of probes n.. do not count).
+            let ones = _mm256_loadu_si256(ONES[(n & 7) as usize].as_ptr().cast());
+            let bit = _mm256_sllv_epi32(ones, _mm256_and_si256(off, _mm256_set1_epi32(31)));
+            // Every probe's bit set: `!word & bit` is all zero.
+            _mm256_testc_si256(word, bit) == 1
         }
     }
 }
