@@ -302,6 +302,35 @@ async fn negative_entries_expire_and_a_created_key_is_found_after_invalidation()
     );
 }
 
+#[tokio::test]
+async fn values_expire_within_the_time_to_live() {
+    let filter = SharedFilter::new(BloomFilter::new(1_000, 0.01).unwrap());
+    filter.insert(&7u64);
+    let cache: GuardedCache<u64, String> = GuardedCache::builder(filter)
+        .time_to_live(Duration::from_millis(300))
+        .build();
+    let version = |v: &'static str| move |_| async move { Ok::<_, DbDown>(Some(v.to_owned())) };
+    assert_eq!(
+        cache
+            .get_or_load(&7, version("1"))
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("1")
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await; // past the time to live
+    assert_eq!(
+        cache
+            .get_or_load(&7, version("2"))
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("2"),
+        "the expired value was loaded again"
+    );
+    assert_eq!(cache.stats().loads, 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_create_racing_with_a_load_is_not_hidden_by_a_stale_negative_entry() {
     let (_, cache) = cache_with([7]);

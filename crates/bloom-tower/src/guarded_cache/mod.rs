@@ -6,12 +6,30 @@
 //! init, but it cannot do everything this cache needs: keep "not found" (`Ok(None)`) as a
 //! short-lived negative entry while handing it to every waiter, count the waiters, bound
 //! each load with a timeout that all waiters see, and show there is no leak by exposing the
-//! table of loads in flight ([`GuardedCache::loads_in_flight`]). So values live in a
-//! `moka::future::Cache` (per-entry expiry: a jittered TTL for values, `negative_ttl` for
-//! negative entries), and the loads in flight live in the crate's private `flight` module: a
+//! table of loads in flight ([`GuardedCache::loads_in_flight`]). So answers live in two
+//! `moka::future::Cache`s, and the loads in flight live in the crate's private `flight` module: a
 //! `DashMap` from key to a write-locked slot, removed as soon as the load ends, whose `Drop`
 //! guard releases the waiters if the leader is cancelled or panics.
+//!
+//! # Why two moka caches, and deadlines of our own
+//!
+//! A hit must cost little more than a bare moka `get`. moka's per-entry expiry (its `Expiry`
+//! policy) costs every read about 300 instructions of `Instant` arithmetic, and one moka
+//! cache with a single TTL cannot give values a jittered lifetime and "not found" a shorter
+//! one. So:
+//!
+//! * values live in one cache whose moka TTL is `time_to_live`, each with its own deadline
+//!   (a random 90–100% of it), checked on every hit against a coarse clock (see `clock`): a
+//!   value past its deadline is a miss, and the load it leads to overwrites it; moka drops it
+//!   at the latest when the full TTL ends;
+//! * negative entries live in another, whose moka TTL is `negative_ttl`, so moka itself drops
+//!   them on time: a flood of keys the filter lets through by mistake cannot fill the cache
+//!   with dead "not found"s for the whole `time_to_live`, nor evict values (each cache has its
+//!   own `max_capacity`).
+//!
+//! A lookup asks the value cache, then the negative one.
 
+mod clock;
 mod error;
 mod remote;
 #[cfg(feature = "axum")]
@@ -30,6 +48,7 @@ use std::time::{Duration, Instant};
 use bloom_core::Key;
 use futures_util::FutureExt;
 
+use clock::Clock;
 use error::ErasedError;
 pub use error::{LoadError, LoadErrorKind};
 use remote::RemoteForgets;
@@ -91,7 +110,15 @@ pub struct GuardedCache<K, V> {
 
 struct Inner<K, V> {
     filter: SharedFilter<K>,
-    cache: moka::future::Cache<K, Entry<V>>,
+    /// Loaded values; moka drops them after `time_to_live`, a hit after their own (jittered,
+    /// earlier) deadline is a miss.
+    values: moka::future::Cache<K, Fresh<V>>,
+    /// Negative entries; moka drops them after `negative_ttl`.
+    absent: moka::future::Cache<K, Absent>,
+    /// What value deadlines are read on.
+    clock: Clock,
+    /// The value lifetime, before jitter.
+    time_to_live: Duration,
     flights: Flights<(K, TypeId), Outcome<V>>,
     load_timeout: Option<Duration>,
     /// The `cache` label of its series.
@@ -104,14 +131,20 @@ struct Inner<K, V> {
     remote: RemoteForgets,
 }
 
-/// A cached answer.
+/// A cached value.
 #[derive(Clone)]
-struct Entry<V> {
-    /// `Some(v)`: the value; `None`: a negative entry (the loader found nothing), which
-    /// expires after `negative_ttl`.
-    value: Option<V>,
-    /// For a negative entry, the [`RemoteForgets`] epoch its load began at: a remote forget
-    /// of its key after that makes it stale.
+struct Fresh<V> {
+    value: V,
+    /// When it stops being served, on [`Inner::clock`]: a random 90–100% of `time_to_live`
+    /// after it was cached.
+    deadline: u64,
+}
+
+/// A negative entry: the loader found nothing.
+#[derive(Clone, Copy)]
+struct Absent {
+    /// The [`RemoteForgets`] epoch its load began at: a remote forget of its key after that
+    /// makes it stale.
     since: u64,
 }
 
@@ -138,7 +171,9 @@ where
     K: Key + Hash + Eq + Clone + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,
 {
-    /// Most values (and negative entries) kept; 10,000 by default.
+    /// Most values kept, and, apart, most negative entries kept; 10,000 each by default.
+    /// Negative entries have a bound of their own so that a flood of keys the filter lets
+    /// through by mistake cannot evict values.
     pub fn max_capacity(mut self, entries: u64) -> Self {
         self.max_capacity = entries;
         self
@@ -180,19 +215,22 @@ where
             time_to_live,
             negative_ttl,
         } = self.settings;
-        let expiry = JitteredExpiry {
-            ttl: time_to_live,
-            negative_ttl,
-        };
-        let cache = moka::future::Cache::builder()
+        let values = moka::future::Cache::builder()
             .max_capacity(self.max_capacity)
-            .expire_after(expiry)
+            .time_to_live(time_to_live.min(MOKA_MAX_TTL))
+            .build();
+        let absent = moka::future::Cache::builder()
+            .max_capacity(self.max_capacity)
+            .time_to_live(negative_ttl.min(MOKA_MAX_TTL))
             .build();
         // From now on the filter's measured rate means something.
         self.filter.reports_false_positives();
         let inner = Arc::new(Inner {
             filter: self.filter,
-            cache,
+            values,
+            absent,
+            clock: Clock::new(),
+            time_to_live,
             flights: Flights::new(),
             load_timeout: self.load_timeout,
             name,
@@ -206,35 +244,8 @@ where
     }
 }
 
-struct JitteredExpiry {
-    ttl: Duration,
-    negative_ttl: Duration,
-}
-
-impl JitteredExpiry {
-    fn lifetime<V>(&self, value: &Option<V>) -> Duration {
-        match value {
-            Some(_) => self.ttl.mul_f64(1.0 - TTL_JITTER * fastrand::f64()),
-            None => self.negative_ttl,
-        }
-    }
-}
-
-impl<K, V> moka::Expiry<K, Entry<V>> for JitteredExpiry {
-    fn expire_after_create(&self, _: &K, entry: &Entry<V>, _: Instant) -> Option<Duration> {
-        Some(self.lifetime(&entry.value))
-    }
-
-    fn expire_after_update(
-        &self,
-        _: &K,
-        entry: &Entry<V>,
-        _: Instant,
-        _: Option<Duration>,
-    ) -> Option<Duration> {
-        Some(self.lifetime(&entry.value))
-    }
-}
+/// The longest TTL moka accepts (its builder panics beyond): longer is as good as forever.
+const MOKA_MAX_TTL: Duration = Duration::from_secs(1_000 * 365 * 24 * 3600);
 
 impl<K, V> GuardedCache<K, V>
 where
@@ -334,18 +345,25 @@ where
                     || inner
                         .remote
                         .may_cache_absent(since, began, || inner.filter.key_digest(key));
-                if cache {
-                    let entry = Entry {
-                        value: value.clone(),
-                        since,
-                    };
-                    inner.cache.insert(key.clone(), entry).await;
+                match value {
+                    Some(value) => {
+                        let lifetime = inner
+                            .time_to_live
+                            .mul_f64(1.0 - TTL_JITTER * fastrand::f64());
+                        let fresh = Fresh {
+                            value: value.clone(),
+                            deadline: inner.clock.deadline(lifetime),
+                        };
+                        inner.values.insert(key.clone(), fresh).await;
+                    }
+                    None if cache => inner.absent.insert(key.clone(), Absent { since }).await,
+                    None => {}
                 }
                 // An invalidation that raced with this load (a user created after the loader
                 // read "absent") must win: if one happened since the load began, drop what we
                 // just cached. Whichever order the two run in, the entry does not survive.
                 if inner.invalidations.load(Ordering::SeqCst) != epoch {
-                    inner.cache.invalidate(key).await;
+                    inner.invalidate(key).await;
                 }
             }
             Err(_) => inner.counters.load_error(&inner.name),
@@ -354,20 +372,25 @@ where
         outcome
     }
 
-    /// The cached answer for `key`, unless it is a "not found" that a remote create made
-    /// stale ([`SharedFilter::forget_remote`]): that is a miss, and the load it leads to
-    /// overwrites it.
+    /// The cached answer for `key`: its value, unless past its deadline, else a "not found",
+    /// unless a remote create made it stale ([`SharedFilter::forget_remote`]). Anything else
+    /// is a miss, and the load it leads to overwrites what was there.
     async fn cached(&self, key: &K) -> Option<Option<V>> {
         let inner = &*self.inner;
-        let entry = inner.cache.get(key).await?;
-        if entry.value.is_none()
-            && inner
-                .remote
-                .is_stale(entry.since, || inner.filter.key_digest(key))
+        if let Some(fresh) = inner.values.get(key).await {
+            if !inner.clock.is_past(fresh.deadline) {
+                return Some(Some(fresh.value));
+            }
+            // Past its deadline: a miss, unless "not found" was cached since.
+        }
+        let absent = inner.absent.get(key).await?;
+        if inner
+            .remote
+            .is_stale(absent.since, || inner.filter.key_digest(key))
         {
             return None;
         }
-        Some(entry.value)
+        Some(None)
     }
 
     /// Counts a lookup answered by the cache: a value, or a negative entry.
@@ -415,7 +438,7 @@ where
     /// Forgets `key`'s cached value or negative entry; the next lookup loads it again.
     pub async fn invalidate(&self, key: &K) {
         self.inner.invalidations.fetch_add(1, Ordering::SeqCst);
-        self.inner.cache.invalidate(key).await;
+        self.inner.invalidate(key).await;
     }
 
     /// Inserts `key` now, before the write that creates its record becomes visible, and
@@ -462,6 +485,18 @@ where
     }
 }
 
+impl<K, V> Inner<K, V>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    /// Drops `key`'s value and negative entry, if any.
+    async fn invalidate(&self, key: &K) {
+        self.values.invalidate(key).await;
+        self.absent.invalidate(key).await;
+    }
+}
+
 impl<K, V> ForgetByDigest for Inner<K, V>
 where
     K: Send + Sync,
@@ -488,6 +523,87 @@ where
     }
 
     fn forget(&self) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + '_>> {
-        Box::pin(self.inner.cache.invalidate(&self.key))
+        Box::pin(self.inner.invalidate(&self.key))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Value deadlines, on a clock the tests move (moka still sees the real time, so these
+    //! fail if the deadline check is skipped; the real-time expiry is in tests/guarded_cache.rs).
+
+    use super::clock::test_skew;
+    use super::*;
+    use crate::BloomFilter;
+
+    const TTL: Duration = Duration::from_secs(1_000);
+
+    fn cache(keys: u64) -> GuardedCache<u64, u64> {
+        let filter = SharedFilter::new(BloomFilter::new(1_000, 0.01).unwrap());
+        for key in 0..keys {
+            filter.insert(&key);
+        }
+        GuardedCache::builder(filter)
+            .time_to_live(TTL)
+            .negative_ttl(Duration::from_secs(1))
+            .build()
+    }
+
+    /// Looks every key in `0..keys` up, loading `version`; how many loads ran.
+    async fn look_up(cache: &GuardedCache<u64, u64>, keys: u64, version: u64) -> u64 {
+        let before = cache.stats().loads;
+        for key in 0..keys {
+            let found = cache
+                .get_or_load(
+                    &key,
+                    |_| async move { Ok::<_, std::io::Error>(Some(version)) },
+                )
+                .await
+                .unwrap();
+            assert!(found.is_some());
+        }
+        cache.stats().loads - before
+    }
+
+    #[tokio::test]
+    async fn each_value_lives_a_random_90_to_100_percent_of_the_time_to_live() {
+        const KEYS: u64 = 200;
+        let cache = cache(KEYS);
+        assert_eq!(look_up(&cache, KEYS, 1).await, KEYS);
+        // Short of 90% by far more than the clock's lag: every value is still served.
+        test_skew::advance(TTL.mul_f64(0.89));
+        assert_eq!(look_up(&cache, KEYS, 2).await, 0, "none expired before 90%");
+        // At 95%: some expired, some not (all on one side: a chance of 2 in 2^200).
+        test_skew::advance(TTL.mul_f64(0.06));
+        let expired = look_up(&cache, KEYS, 3).await;
+        assert!(
+            0 < expired && expired < KEYS,
+            "{expired} of {KEYS} expired at 95%"
+        );
+        // At the full time to live (moka's TTL has not run out: it sees the real time), every
+        // value loaded at the start is gone; the ones reloaded at 95% are not.
+        test_skew::advance(TTL.mul_f64(0.05));
+        assert_eq!(look_up(&cache, KEYS, 4).await, KEYS - expired);
+    }
+
+    #[tokio::test]
+    async fn a_value_past_its_deadline_is_reloaded_and_served_anew() {
+        let cache = cache(1);
+        assert_eq!(look_up(&cache, 1, 1).await, 1);
+        test_skew::advance(TTL);
+        let found = cache
+            .get_or_load(&0, |_| async { Ok::<_, std::io::Error>(Some(2)) })
+            .await
+            .unwrap();
+        assert_eq!(found, Some(2), "the expired value is not served");
+        let stats = cache.stats();
+        assert_eq!((stats.loads, stats.hits), (2, 0));
+        // The reload replaced it: served from the cache now.
+        let again = cache
+            .get_or_load(&0, |_| async { Ok::<_, std::io::Error>(Some(3)) })
+            .await
+            .unwrap();
+        assert_eq!(again, Some(2));
+        assert_eq!(cache.stats().hits, 1);
     }
 }
