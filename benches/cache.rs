@@ -1,15 +1,20 @@
 //! What `GuardedCache` costs, and what its per-key coalescing saves.
 //!
-//! * `cache_hit/{moka_get,moka_get_per_entry_expiry,guarded_get_or_load}`: a hit on one of
-//!   10,000 hot keys, through a bare `moka::future::Cache::get` (plain TTL), through the same
-//!   with per-entry expiry (a `moka::Expiry` policy, which `GuardedCache` used for its
-//!   jittered and negative TTLs until it kept its own deadlines), and through
-//!   `GuardedCache::get_or_load` (filter lookup, then a plain-TTL moka get and a check of the
-//!   value's own deadline). Target: guarded ≤ 1.1 × bare moka. Rows that attribute the
-//!   difference: `filter_contains` (the `SharedFilter::contains` probe alone, on the same
-//!   keys), `filter_then_moka_get` (that probe, then the bare moka get: the floor for a
-//!   filter-then-cache hit) and `filter_then_moka_per_entry_expiry` (the probe, then the
-//!   per-entry-expiry get: what a hit cost before).
+//! * `cache_hit/{moka_get,moka_sync_get,moka_get_per_entry_expiry,guarded_get_or_load}`: a hit
+//!   on one of 10,000 hot keys, through a bare `moka::future::Cache::get` (plain TTL), through
+//!   a bare `moka::sync::Cache::get` (plain TTL, the cache `GuardedCache` keeps its answers
+//!   in), through a `moka::future` get with per-entry expiry (a `moka::Expiry` policy, which
+//!   `GuardedCache` used for its jittered and negative TTLs until it kept its own deadlines),
+//!   and through `GuardedCache::get_or_load` (filter lookup, then a plain-TTL `moka::sync` get
+//!   and a check of the value's own deadline). Every row but `filter_contains` is timed in the
+//!   same async loop (`to_async`), the sync gets inside an `async` block as `GuardedCache`
+//!   makes them. Target: guarded ≤ 1.1 × bare moka: `moka_sync_get` is the cache it now uses,
+//!   `moka_get` the `moka::future` one it used before. Rows that attribute the difference:
+//!   `filter_contains` (the `SharedFilter::contains` probe alone, on the same keys),
+//!   `filter_then_moka_sync_get` (that probe, then the bare `moka::sync` get: the floor for a
+//!   filter-then-cache hit), `filter_then_moka_get` (the same with the `moka::future` get) and
+//!   `filter_then_moka_per_entry_expiry` (the probe, then the per-entry-expiry get: what a hit
+//!   cost before `GuardedCache` kept its own deadlines).
 //! * `cache_reject/{filter_contains,guarded_get_or_load}`: a lookup of one of 10,000 keys the
 //!   filter rejects, through the filter alone and through `GuardedCache::get_or_load` (which
 //!   asks the filter first and stops there).
@@ -89,6 +94,10 @@ fn cache_hit(c: &mut Criterion) {
         .max_capacity(100_000)
         .time_to_live(Duration::from_secs(3600))
         .build();
+    let moka_sync: moka::sync::Cache<u64, Value> = moka::sync::Cache::builder()
+        .max_capacity(100_000)
+        .time_to_live(Duration::from_secs(3600))
+        .build();
     let moka_expiry: moka::future::Cache<u64, Value> = moka::future::Cache::builder()
         .max_capacity(100_000)
         .expire_after(PerEntry)
@@ -97,6 +106,7 @@ fn cache_hit(c: &mut Criterion) {
         for id in 0..HOT_KEYS {
             cache.get_or_load(&id, load).await.unwrap();
             moka.insert(id, Arc::from(format!("user {id}"))).await;
+            moka_sync.insert(id, Arc::from(format!("user {id}")));
             moka_expiry
                 .insert(id, Arc::from(format!("user {id}")))
                 .await;
@@ -111,6 +121,13 @@ fn cache_hit(c: &mut Criterion) {
             async move { black_box(moka.get(&i).await) }
         })
     });
+    group.bench_function("moka_sync_get", |b| {
+        b.to_async(&rt).iter(|| {
+            i = (i + 7_919) % HOT_KEYS;
+            let moka = &moka_sync;
+            async move { black_box(moka.get(&i)) }
+        })
+    });
     group.bench_function("moka_get_per_entry_expiry", |b| {
         b.to_async(&rt).iter(|| {
             i = (i + 7_919) % HOT_KEYS;
@@ -122,6 +139,19 @@ fn cache_hit(c: &mut Criterion) {
         b.iter(|| {
             i = (i + 7_919) % HOT_KEYS;
             black_box(filter.contains(&i))
+        })
+    });
+    group.bench_function("filter_then_moka_sync_get", |b| {
+        b.to_async(&rt).iter(|| {
+            i = (i + 7_919) % HOT_KEYS;
+            let (filter, moka) = (&filter, &moka_sync);
+            async move {
+                if filter.contains(&i) {
+                    black_box(moka.get(&i))
+                } else {
+                    None
+                }
+            }
         })
     });
     group.bench_function("filter_then_moka_get", |b| {

@@ -689,7 +689,8 @@ async fn a_create_cancelled_at_each_await_is_found(backend: Backend) {
         .await;
         source.release.notify_one();
         rebuild.await.unwrap();
-        // The dropped create's cache invalidation runs in a spawned task.
+        // Let whatever the dropped create left to the runtime run (its cache invalidation
+        // itself runs in `Drop`).
         tokio::time::sleep(Duration::from_millis(20)).await;
         let committed = app.db().find_user(id).await.unwrap().is_some();
         if committed {

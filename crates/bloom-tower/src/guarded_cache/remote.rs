@@ -2,12 +2,13 @@
 //! [`SharedFilter::forget_remote`](crate::SharedFilter::forget_remote).
 //!
 //! The cache cannot map a digest back to its keys without an index of its negative entries,
-//! and moka can only drop an entry asynchronously, while a forget must take effect at once
-//! and without a runtime. So it is done the other way round: every forget is numbered (an
-//! epoch) and remembered per digest; every negative entry carries the epoch its load began
-//! at; a negative entry whose key's digest was forgotten after that epoch is stale, and a
-//! lookup treats it as a miss (the load that follows overwrites it). A load that was in
-//! flight during a forget of its key does not cache its "not found" at all.
+//! kept in step with every insert, eviction and expiry moka makes (which would take an
+//! eviction listener), while a forget must take effect at once. So it is done the other way
+//! round: every forget is numbered (an epoch) and remembered per digest; every negative entry
+//! carries the epoch its load began at; a negative entry whose key's digest was forgotten
+//! after that epoch is stale, and a lookup treats it as a miss (the load that follows
+//! overwrites it). A load that was in flight during a forget of its key does not cache its
+//! "not found" at all.
 //!
 //! A forget only matters to negative entries created before it, which live `negative_ttl`,
 //! so it is remembered for that long plus [`MARGIN`]. A load that ends later than that after

@@ -10,8 +10,6 @@
 //! answered "not found" from the cache. The `Drop` of a [`PendingInsert`] does them instead.
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::time::Duration;
 
 use bloom_core::Key;
@@ -28,8 +26,8 @@ const LATE_COMMIT_GRACE: Duration = Duration::from_secs(5);
 pub(crate) trait AfterCommit: Send + Sync {
     /// Stops any load in flight from caching a stale answer; synchronous, so `Drop` can do it.
     fn fence(&self);
-    /// Drops the cached answers for the key.
-    fn forget(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
+    /// Drops the cached answers for the key; synchronous too.
+    fn forget(&self);
 }
 
 /// A key inserted before its record was committed: call [`committed`](Self::committed) once
@@ -51,10 +49,9 @@ pub(crate) trait AfterCommit: Send + Sync {
 /// ```
 ///
 /// **Dropped without `committed`** (the request was cancelled, or the write failed), it does
-/// the same work anyway: the filter writes at once, the cache invalidation in a spawned task
-/// on the current Tokio runtime, and the filter writes once more
-/// a few seconds later (a commit whose future was dropped may still land after the first
-/// pass). For a write that failed this leaves the key in the filter: a false positive until
+/// the same work anyway: the filter writes and the cache invalidation at once, and both once
+/// more a few seconds later in a task spawned on the current Tokio runtime (a commit whose
+/// future was dropped may still land after the first pass). For a write that failed this leaves the key in the filter: a false positive until
 /// the next rebuild, which is harmless (the lookup finds no record).
 #[must_use = "call .committed().await after the commit (dropping it does the same work, later)"]
 pub struct PendingInsert {
@@ -120,7 +117,7 @@ impl PendingInsert {
         self.inserted = self.filter.write(&*self.key, Some(self.inserted.newest));
         if let Some(cache) = &self.cache {
             cache.fence();
-            cache.forget().await;
+            cache.forget();
         }
         self.filter.committed_hook(&self.key);
         self.done = true;
@@ -148,23 +145,21 @@ impl Drop for PendingInsert {
         let cache = self.cache.take();
         if let Some(cache) = &cache {
             cache.fence();
+            cache.forget();
         }
         // Now rather than in the task below, which a runtime shutting down may never run:
         // other instances must hear of the commit, and they do not wait for this cache.
         filter.committed_hook(&key);
-        // No runtime (a program shutting down): the filter writes above are what matters.
+        // No runtime (a program shutting down): the work above is what matters.
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         runtime.spawn(async move {
-            if let Some(cache) = &cache {
-                cache.forget().await;
-            }
             tokio::time::sleep(LATE_COMMIT_GRACE).await;
             filter.write(&*key, Some(after.newest));
             if let Some(cache) = &cache {
                 cache.fence();
-                cache.forget().await;
+                cache.forget();
             }
             filter.committed_hook(&key);
         });
