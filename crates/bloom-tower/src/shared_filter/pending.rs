@@ -51,8 +51,9 @@ pub(crate) trait AfterCommit: Send + Sync {
 /// **Dropped without `committed`** (the request was cancelled, or the write failed), it does
 /// the same work anyway: the filter writes and the cache invalidation at once, and both once
 /// more a few seconds later in a task spawned on the current Tokio runtime (a commit whose
-/// future was dropped may still land after the first pass). For a write that failed this leaves the key in the filter: a false positive until
-/// the next rebuild, which is harmless (the lookup finds no record).
+/// future was dropped may still land after the first pass). For a write that failed this
+/// leaves the key in the filter: a false positive until the next rebuild, which is harmless
+/// (the lookup finds no record).
 #[must_use = "call .committed().await after the commit (dropping it does the same work, later)"]
 pub struct PendingInsert {
     filter: SharedFilter<AnyKey>,
