@@ -622,4 +622,21 @@ mod tests {
         assert_eq!(again, Some(2));
         assert_eq!(cache.stats().hits, 1);
     }
+
+    /// A create cancelled after its commit (its `PendingInsert` dropped) forgets the cached
+    /// "not found" in `Drop` itself: the very next lookup, which does not yield to the runtime
+    /// before reading the cache, loads the new record instead of answering "absent".
+    #[tokio::test]
+    async fn a_dropped_pending_insert_forgets_the_cached_not_found_at_once() {
+        let cache = cache(1);
+        let load = |answer: Option<u64>| move |_| async move { Ok::<_, std::io::Error>(answer) };
+        assert_eq!(cache.get_or_load(&0, load(None)).await.unwrap(), None);
+        assert_eq!(
+            cache.get_or_load(&0, load(Some(1))).await.unwrap(),
+            None,
+            "the \"not found\" is cached"
+        );
+        drop(cache.prepare_insert(&0));
+        assert_eq!(cache.get_or_load(&0, load(Some(1))).await.unwrap(), Some(1));
+    }
 }
