@@ -4,7 +4,7 @@ use std::fmt;
 use std::marker::PhantomData;
 
 use crate::hasher::KeyHasher;
-use crate::params::{self, BLOCK_BITS, MAX_BITS, MAX_HASHES};
+use crate::params::{self, BLOCK_BITS, MAX_BITS, MAX_HASHES, SPLIT_HASHES};
 use crate::{BloomFilter, CountingBloomFilter, Layout};
 
 /// Why a filter could not be built. Every message says what to change.
@@ -34,6 +34,18 @@ pub enum BuildError {
         hashes: u32,
         /// [`params::MAX_HASHES`].
         max: u32,
+    },
+    /// `hashes(k)` with a layout whose `k` is fixed ([`Layout::SplitBlock`]: one bit per word).
+    #[error(
+        "the {layout} layout sets exactly {fixed} bits per key (one per 64-bit word of its block), not {hashes}: drop .hashes(k), or pick the blocked layout"
+    )]
+    HashesFixedByLayout {
+        /// The layout.
+        layout: Layout,
+        /// The requested `k`.
+        hashes: u32,
+        /// The `k` the layout always uses.
+        fixed: u32,
     },
     /// The filter would need more bits than supported (or than fit in memory).
     #[error(
@@ -288,7 +300,7 @@ impl<F> Builder<F> {
             (None, None, None) => return Err(BuildError::MissingSize),
         };
         let bits = round_bits(layout, bits)?;
-        check_hashes(hashes)?;
+        check_hashes(layout, hashes)?;
         let hasher = match self.seed {
             Some(seed) => KeyHasher::new(seed),
             None => KeyHasher::random().map_err(BuildError::Random)?,
@@ -370,14 +382,16 @@ pub(crate) struct Parts {
     pub(crate) target_fpr: Option<f64>,
 }
 
-/// Validates `m` and rounds it up to what the layout stores (whole blocks for Blocked).
+/// Validates `m` and rounds it up to what the layout stores (whole blocks for Blocked and SplitBlock).
 pub(crate) fn round_bits(layout: Layout, bits: u64) -> Result<u64, BuildError> {
     if bits == 0 {
         return Err(BuildError::ZeroBits);
     }
     let rounded = match layout {
         Layout::Classic => bits,
-        Layout::Blocked => bits.div_ceil(BLOCK_BITS).saturating_mul(BLOCK_BITS),
+        Layout::Blocked | Layout::SplitBlock => {
+            bits.div_ceil(BLOCK_BITS).saturating_mul(BLOCK_BITS)
+        }
     };
     if rounded > MAX_BITS {
         return Err(BuildError::TooLarge {
@@ -388,9 +402,16 @@ pub(crate) fn round_bits(layout: Layout, bits: u64) -> Result<u64, BuildError> {
     Ok(rounded)
 }
 
-pub(crate) fn check_hashes(k: u32) -> Result<(), BuildError> {
+pub(crate) fn check_hashes(layout: Layout, k: u32) -> Result<(), BuildError> {
     match k {
         0 => Err(BuildError::ZeroHashes),
+        k if layout == Layout::SplitBlock && k != SPLIT_HASHES => {
+            Err(BuildError::HashesFixedByLayout {
+                layout,
+                hashes: k,
+                fixed: SPLIT_HASHES,
+            })
+        }
         k if k > MAX_HASHES => Err(BuildError::TooManyHashes {
             hashes: k,
             max: MAX_HASHES,

@@ -8,7 +8,7 @@ use crate::bit_vector::BitVector;
 use crate::builder::{Builder, Parts};
 use crate::format::{FilterKind, WordBody};
 use crate::hasher::{KeyHash, KeyHasher};
-use crate::layout::{for_each_classic, for_each_in_block, reduce};
+use crate::layout::{for_each_classic, for_each_in_block, for_each_in_split_block, reduce};
 use crate::params::{self, BLOCK_BITS};
 use crate::probe::Probe;
 use crate::{BuildError, Key, Layout};
@@ -39,11 +39,12 @@ const WINDOW: usize = 16;
 pub struct BloomFilter {
     bits: BitVector,
     num_bits: u64,
-    /// `num_bits / 512` for Blocked; unused for Classic.
+    /// `num_bits / 512` for Blocked and SplitBlock; unused for Classic.
     num_blocks: u64,
     num_hashes: u32,
     layout: Layout,
-    /// How a Blocked lookup tests its line (SIMD when the CPU has it), chosen at creation.
+    /// How a Blocked or SplitBlock lookup tests its line (SIMD when the CPU has it), chosen
+    /// at creation.
     probe: Probe,
     hasher: KeyHasher,
     capacity: Option<u64>,
@@ -225,7 +226,7 @@ impl BloomFilter {
         I: IntoIterator,
         I::Item: Key,
     {
-        let mut ring = [KeyHash { h1: 0, h2: 0 }; WINDOW];
+        let mut ring = [KeyHash { h1: 0 }; WINDOW];
         let mut hashed = 0usize;
         for key in keys {
             let h = self.hasher.hash(&key);
@@ -245,7 +246,7 @@ impl BloomFilter {
     #[inline(always)]
     fn prefetch(&self, h: KeyHash) {
         match self.layout {
-            Layout::Blocked => self
+            Layout::Blocked | Layout::SplitBlock => self
                 .bits
                 .prefetch(reduce(h.h1, self.num_blocks) as usize * 8),
             Layout::Classic => for_each_classic(h, self.num_hashes, self.num_bits, |bit| {
@@ -267,7 +268,19 @@ impl BloomFilter {
                     return false;
                 }
                 let first_word = reduce(h.h1, self.num_blocks) as usize * 8;
-                for_each_in_block(h, self.num_hashes, 9, |bit| {
+                for_each_in_block(h.h2(), self.num_hashes, 9, |bit| {
+                    self.bits
+                        .or_word(first_word + (bit >> 6), 1u64 << (bit & 63));
+                });
+                added = true;
+            }
+            Layout::SplitBlock => {
+                // As Blocked: one branch for the key, then one OR into each of the 8 words.
+                if self.contains_hash(h) {
+                    return false;
+                }
+                let first_word = reduce(h.h1, self.num_blocks) as usize * 8;
+                for_each_in_split_block(h.split_word(), |bit| {
                     self.bits
                         .or_word(first_word + (bit >> 6), 1u64 << (bit & 63));
                 });
@@ -286,7 +299,11 @@ impl BloomFilter {
         match self.layout {
             Layout::Blocked => {
                 let block = self.bits.block(reduce(h.h1, self.num_blocks) as usize);
-                self.probe.contains(block, h.h2, self.num_hashes)
+                self.probe.contains(block, h.h2(), self.num_hashes)
+            }
+            Layout::SplitBlock => {
+                let block = self.bits.block(reduce(h.h1, self.num_blocks) as usize);
+                self.probe.contains_split(block, h.split_word())
             }
             Layout::Classic => {
                 // Each probe may be a cache miss of its own: stop at the first clear bit.
@@ -449,7 +466,8 @@ impl BloomFilter {
     /// saturated and should be rebuilt larger.
     ///
     /// Exact for the bits as they are: Classic `(ones/m)^k`; Blocked, the mean over blocks of
-    /// `(ones in block / 512)^k`, since a key probes one block chosen uniformly.
+    /// `(ones in block / 512)^k`, since a key probes one block chosen uniformly; SplitBlock,
+    /// the mean over blocks of `∏ (ones in word i / 64)` over the block's eight words.
     ///
     /// ```
     /// use bloom_core::BloomFilter;
@@ -472,6 +490,18 @@ impl BloomFilter {
                 for _ in 0..self.num_blocks {
                     let ones: u32 = words.by_ref().take(8).map(|w| w.count_ones()).sum();
                     sum += (f64::from(ones) / BLOCK_BITS as f64).powi(k);
+                }
+                sum / self.num_blocks as f64
+            }
+            Layout::SplitBlock => {
+                let mut words = self.bits.iter();
+                let mut sum = 0.0;
+                for _ in 0..self.num_blocks {
+                    sum += words
+                        .by_ref()
+                        .take(8)
+                        .map(|w| f64::from(w.count_ones()) / 64.0)
+                        .product::<f64>();
                 }
                 sum / self.num_blocks as f64
             }
@@ -686,7 +716,13 @@ impl BloomFilter {
         match self.layout {
             Layout::Blocked => {
                 let first_bit = reduce(h.h1, self.num_blocks) * BLOCK_BITS;
-                for_each_in_block(h, self.num_hashes, 9, |bit| visit(first_bit + bit as u64));
+                for_each_in_block(h.h2(), self.num_hashes, 9, |bit| {
+                    visit(first_bit + bit as u64)
+                });
+            }
+            Layout::SplitBlock => {
+                let first_bit = reduce(h.h1, self.num_blocks) * BLOCK_BITS;
+                for_each_in_split_block(h.split_word(), |bit| visit(first_bit + bit as u64));
             }
             Layout::Classic => for_each_classic(h, self.num_hashes, self.num_bits, |bit| {
                 visit(bit);

@@ -1,4 +1,4 @@
-//! Where a key's probes land: the two layouts and the probe arithmetic they share.
+//! Where a key's probes land: the three layouts and the probe arithmetic they share.
 
 use std::fmt;
 use std::str::FromStr;
@@ -6,7 +6,11 @@ use std::str::FromStr;
 use crate::hasher::{KeyHash, mix};
 
 /// How a key's `k` bits are spread over the bit array.
+///
+/// `#[non_exhaustive]`: a layout added later is a new format tag and a new variant, and
+/// must not break a `match` written today.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub enum Layout {
     /// All of a key's bits fall in one 512-bit block, a 64-byte cache line: a lookup costs
     /// one memory access whatever `k` is. Needs roughly 10% more bits than Classic for the
@@ -17,6 +21,13 @@ pub enum Layout {
     /// [`params::optimal`](crate::params::optimal)): the fewest bits for a given rate, but up
     /// to `k` cache misses per lookup on filters larger than the CPU cache.
     Classic,
+    /// One 512-bit block per key like Blocked, with exactly one bit in each of the block's
+    /// eight 64-bit words (`k` is always [`SPLIT_HASHES`](crate::params::SPLIT_HASHES)): the
+    /// eight offsets come from one multiply of the hash and are tested in a few vector
+    /// instructions, the fastest lookup here. Costs about 2% more bits than Blocked at
+    /// 1%–0.1%, 8% at 0.01% and 22% at 10%
+    /// ([`params::optimal_split_block`](crate::params::optimal_split_block)).
+    SplitBlock,
 }
 
 impl Layout {
@@ -24,6 +35,7 @@ impl Layout {
         match self {
             Layout::Classic => 0,
             Layout::Blocked => 1,
+            Layout::SplitBlock => 2,
         }
     }
 
@@ -31,6 +43,7 @@ impl Layout {
         match b {
             0 => Some(Layout::Classic),
             1 => Some(Layout::Blocked),
+            2 => Some(Layout::SplitBlock),
             _ => None,
         }
     }
@@ -41,6 +54,7 @@ impl fmt::Display for Layout {
         f.write_str(match self {
             Layout::Blocked => "blocked",
             Layout::Classic => "classic",
+            Layout::SplitBlock => "split-block",
         })
     }
 }
@@ -59,8 +73,8 @@ impl fmt::Display for Layout {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ParseLayoutError {
-    /// Neither `blocked` nor `classic` (in any case).
-    #[error("unknown layout {found:?}: expected \"blocked\" or \"classic\"")]
+    /// None of `blocked`, `classic`, `split-block` (in any case).
+    #[error("unknown layout {found:?}: expected \"blocked\", \"classic\" or \"split-block\"")]
     Unknown {
         /// The text given.
         found: String,
@@ -74,6 +88,7 @@ impl FromStr for Layout {
         match s.to_ascii_lowercase().as_str() {
             "blocked" => Ok(Layout::Blocked),
             "classic" => Ok(Layout::Classic),
+            "split-block" | "splitblock" | "split_block" => Ok(Layout::SplitBlock),
             _ => Err(ParseLayoutError::Unknown {
                 found: s.to_owned(),
             }),
@@ -95,14 +110,14 @@ pub(crate) fn reduce(hash: u64, n: u64) -> u64 {
 /// Shared by every blocked structure (bits here, counters in the counting variant).
 #[inline(always)]
 pub(crate) fn for_each_in_block(
-    hash: KeyHash,
+    h2: u64,
     k: u32,
     slots_log2: u32,
     mut visit: impl FnMut(usize),
 ) {
     let mask = (1u64 << slots_log2) - 1;
     let per_word = 64 / slots_log2;
-    let mut bits = hash.h2;
+    let mut bits = h2;
     if k <= per_word {
         // The common case (k ≤ 7 for bits): every offset comes from `h2`, no refill check.
         for _ in 0..k {
@@ -114,9 +129,7 @@ pub(crate) fn for_each_in_block(
     let mut left = per_word;
     for i in 0..k {
         if left == 0 {
-            bits = mix(hash
-                .h2
-                .wrapping_add(u64::from(i).wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+            bits = mix(h2.wrapping_add(u64::from(i).wrapping_mul(0x9E37_79B9_7F4A_7C15)));
             left = per_word;
         }
         visit((bits & mask) as usize);
@@ -124,6 +137,27 @@ pub(crate) fn for_each_in_block(
         left -= 1;
     }
 }
+
+/// The eight bit offsets (in `0..512`) of a key within its SplitBlock block, one in each
+/// 64-bit word: offset `i` is `64·i + f_i`, where `f_i` is the 6-bit field
+/// `(word >> (16 + 6i)) & 63` of [`KeyHash::split_word`](crate::hasher::KeyHash::split_word).
+/// The low 16 bits of the product are skipped: bit `j` of a product depends only on bits
+/// `0..=j` of its factors, so the low bits are the weakest.
+#[inline(always)]
+pub(crate) fn for_each_in_split_block(word: u64, mut visit: impl FnMut(usize)) {
+    for i in 0..crate::params::SPLIT_HASHES as usize {
+        visit(64 * i + split_field(word, i));
+    }
+}
+
+/// Field `i` (0–7) of a SplitBlock word: the bit within the block's word `i`.
+#[inline(always)]
+pub(crate) fn split_field(word: u64, i: usize) -> usize {
+    ((word >> (SPLIT_FIRST_BIT + 6 * i as u32)) & 63) as usize
+}
+
+/// The bit of a SplitBlock word where field 0 starts (fields 0–7 use bits 16–63).
+pub(crate) const SPLIT_FIRST_BIT: u32 = 16;
 
 /// The `k` slot indices (each in `0..num_slots`) of a key in a Classic array, by enhanced
 /// double hashing (Dillinger & Manolios): `x += y; y += i`.
@@ -135,7 +169,7 @@ pub(crate) fn for_each_classic(
     mut visit: impl FnMut(u64) -> bool,
 ) {
     let mut x = hash.h1;
-    let mut y = hash.h2;
+    let mut y = hash.h2();
     for i in 0..k {
         if !visit(reduce(x, num_slots)) {
             return;
@@ -145,7 +179,7 @@ pub(crate) fn for_each_classic(
     }
 }
 
-/// Every slot (in `0..num_slots`) a key probes, in either layout, until `visit` returns
+/// Every slot (in `0..num_slots`) a key probes, in any layout, until `visit` returns
 /// false. The structures other than the plain filter's fast path use this, so every variant
 /// puts a key in exactly the slots where [`BloomFilter`](crate::BloomFilter) puts its bits.
 #[inline(always)]
@@ -161,7 +195,17 @@ pub(crate) fn for_each_slot(
             let first =
                 reduce(hash.h1, num_slots / crate::params::BLOCK_BITS) * crate::params::BLOCK_BITS;
             let mut go = true;
-            for_each_in_block(hash, k, 9, |offset| {
+            for_each_in_block(hash.h2(), k, 9, |offset| {
+                if go {
+                    go = visit(first + offset as u64);
+                }
+            });
+        }
+        Layout::SplitBlock => {
+            let first =
+                reduce(hash.h1, num_slots / crate::params::BLOCK_BITS) * crate::params::BLOCK_BITS;
+            let mut go = true;
+            for_each_in_split_block(hash.split_word(), |offset| {
                 if go {
                     go = visit(first + offset as u64);
                 }
@@ -185,12 +229,8 @@ mod tests {
 
     #[test]
     fn in_block_probes_use_fresh_bits_past_the_first_word() {
-        let h = KeyHash {
-            h1: 0x1234_5678_9abc_def0,
-            h2: 0x0fed_cba9_8765_4321,
-        };
         let mut seen = Vec::new();
-        for_each_in_block(h, 20, 9, |s| seen.push(s));
+        for_each_in_block(0x0fed_cba9_8765_4321, 20, 9, |s| seen.push(s));
         assert_eq!(seen.len(), 20);
         assert!(seen.iter().all(|&s| s < 512));
         // Probes 8.. come from a remix, not a repeat of probes 1..

@@ -13,6 +13,12 @@
 //!   size is then refined with the exact model, which tracks the distribution of set bits in a
 //!   block probe by probe. At `p = 1%` that is 9.92 bits per item (k = 6) against 9.59
 //!   (k = 7) for Classic.
+//! * **SplitBlock** (one bit in each 64-bit word of a 512-bit block, `k = 8`) has an exact
+//!   closed form: a block holding `i` keys has `i` uniformly placed bits in each word, so a
+//!   new key's bit in a word is set with probability `1 − (63/64)^i`, independently across
+//!   the eight words: `FPR = Σᵢ Pois(i; λ) · (1 − (63/64)^i)^8`, `λ = 512·n/m`. Sizing
+//!   takes the smallest whole number of blocks meeting `p`: 10.13 bits per item at 1%,
+//!   15.3 at 0.1%.
 
 use crate::{BuildError, Layout};
 
@@ -24,6 +30,9 @@ pub const MAX_BITS: u64 = 1 << 40;
 
 /// The most hash probes per key this crate accepts.
 pub const MAX_HASHES: u32 = 64;
+
+/// Probes per key of [`Layout::SplitBlock`]: one in each 64-bit word of the block, always.
+pub const SPLIT_HASHES: u32 = 8;
 
 /// The size of a filter: `bits` (m) and `hashes` (k, probes per key).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -131,7 +140,52 @@ pub fn optimal_blocked(n: u64, p: f64) -> Result<Params, BuildError> {
     })
 }
 
-/// [`optimal`] for Classic, [`optimal_blocked`] for Blocked.
+/// The smallest SplitBlock size (a whole number of 512-bit blocks; `k` is always
+/// [`SPLIT_HASHES`]) whose false-positive rate at `n` items is at most `p`.
+///
+/// ```
+/// use bloom_core::params;
+///
+/// let split = params::optimal_split_block(1_000_000, 0.01)?;
+/// let blocked = params::optimal_blocked(1_000_000, 0.01)?;
+/// assert_eq!(split.hashes, 8);
+/// assert!(split.bits > blocked.bits && split.bits < blocked.bits * 105 / 100);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn optimal_split_block(n: u64, p: f64) -> Result<Params, BuildError> {
+    check_items_and_rate(n, p)?;
+    let too_large = |blocks: u64| BuildError::TooLarge {
+        bits: blocks as f64 * BLOCK_BITS as f64,
+        max: MAX_BITS,
+    };
+    let meets = |blocks: u64| split_block_fpr(blocks * BLOCK_BITS, n as f64) <= p;
+    // Never fewer bits than Classic needs; widen until enough (the rate falls to 0 as the
+    // blocks grow, so this ends, at the latest at MAX_BITS).
+    let mut lo = optimal(n, p)?.bits.div_ceil(BLOCK_BITS).max(1);
+    let mut hi = lo;
+    while !meets(hi) {
+        lo = hi + 1;
+        hi = hi.saturating_mul(2);
+        if hi.saturating_mul(BLOCK_BITS) > MAX_BITS {
+            return Err(too_large(hi));
+        }
+    }
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if meets(mid) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    Ok(Params {
+        bits: hi * BLOCK_BITS,
+        hashes: SPLIT_HASHES,
+    })
+}
+
+/// [`optimal`] for Classic, [`optimal_blocked`] for Blocked, [`optimal_split_block`] for
+/// SplitBlock.
 ///
 /// ```
 /// use bloom_core::{Layout, params};
@@ -146,6 +200,7 @@ pub fn for_layout(layout: Layout, n: u64, p: f64) -> Result<Params, BuildError> 
     match layout {
         Layout::Classic => optimal(n, p),
         Layout::Blocked => optimal_blocked(n, p),
+        Layout::SplitBlock => optimal_split_block(n, p),
     }
 }
 
@@ -174,6 +229,8 @@ pub fn expected_fpr(layout: Layout, bits: u64, hashes: u32, items: f64) -> f64 {
     match layout {
         Layout::Classic => classic_fpr(bits, hashes, items),
         Layout::Blocked => blocked_fpr(bits, hashes, items),
+        // The layout fixes k; a different `hashes` cannot describe one of its filters.
+        Layout::SplitBlock => split_block_fpr(bits, items),
     }
 }
 
@@ -181,7 +238,9 @@ pub fn expected_fpr(layout: Layout, bits: u64, hashes: u32, items: f64) -> f64 {
 /// generalised to blocks: a block of `B` bits that received `i` keys has each bit clear with
 /// probability `(1-1/B)^{i·k}`; with Poisson block loads the clear fraction is
 /// `exp(-λ(1-(1-1/B)^k))`, which inverts to `λ`, and `n = λ·m/B`. For Classic (`B = m`) this
-/// is the textbook `-(m/k)·ln(1 - X/m)`. Infinite when every bit is set.
+/// is the textbook `-(m/k)·ln(1 - X/m)`. SplitBlock puts one of each key's bits in each
+/// 64-bit word, so a bit stays clear with probability `exp(-λ/64)` and `n = -(m/8)·ln(clear)`.
+/// Infinite when every bit is set.
 pub(crate) fn estimate_items(layout: Layout, bits: u64, hashes: u32, ones: u64) -> f64 {
     let m = bits as f64;
     let clear = 1.0 - ones as f64 / m;
@@ -197,7 +256,21 @@ pub(crate) fn estimate_items(layout: Layout, bits: u64, hashes: u32, ones: u64) 
             let lambda = -clear.ln() / per_key;
             lambda * m / b
         }
+        Layout::SplitBlock => -(m / f64::from(SPLIT_HASHES)) * clear.ln(),
     }
+}
+
+/// The exact SplitBlock FPR: `Σᵢ Pois(i; λ) · (1 − (63/64)^i)^8` (see the module doc).
+fn split_block_fpr(bits: u64, items: f64) -> f64 {
+    let lambda = items * BLOCK_BITS as f64 / bits as f64;
+    if lambda <= 0.0 {
+        return 0.0;
+    }
+    let keep = 63.0f64 / 64.0; // a word's bit survives one key
+    let fpr: f64 = poisson_terms(lambda)
+        .map(|(i, pmf)| pmf * (1.0 - keep.powf(i as f64)).powi(SPLIT_HASHES as i32))
+        .sum();
+    fpr.min(1.0)
 }
 
 fn classic_fpr(bits: u64, hashes: u32, items: f64) -> f64 {
@@ -324,6 +397,7 @@ pub(crate) fn optimal_hashes(layout: Layout, bits: u64, n: u64) -> u32 {
             k.round().clamp(1.0, MAX_HASHES as f64) as u32
         }
         Layout::Blocked => best_blocked_hashes_exact(bits, n).0,
+        Layout::SplitBlock => SPLIT_HASHES,
     }
 }
 

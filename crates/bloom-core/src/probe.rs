@@ -1,5 +1,6 @@
-//! The Blocked lookup's test: are all of a key's `k` bits set in its 512-bit block?
+//! The Blocked and SplitBlock lookups' test: are all of a key's bits set in its 512-bit block?
 //!
+//! **Blocked.**
 //! The bits are the ones [`for_each_in_block`](crate::layout::for_each_in_block) names (this
 //! module only tests them faster; it never decides where they are): probe `i < 7` is the
 //! 9-bit field `i` of `h2`, and probes `7j..7j + 7` are the fields of
@@ -10,6 +11,13 @@
 //! * on x86_64 with AVX2 (detected at run time, once per filter), `contains_avx2`: the block
 //!   is held in two 256-bit registers as sixteen 32-bit words, and one group of up to seven
 //!   probes is tested in a handful of vector instructions, whatever `k` is up to 7.
+//!
+//! **SplitBlock** ([`for_each_in_split_block`](crate::layout::for_each_in_split_block)): bit
+//! `i` is the 6-bit field `i` of the split word, in the block's 64-bit word `i`. The scalar
+//! test is eight shift-and-AND steps; with AVX2 (`contains_split_avx2`) the eight fields are
+//! shifted into eight 64-bit lanes by two variable shifts, turned into one-bit masks by two
+//! more, and checked against the two halves of the line with one `vptest` each: no table,
+//! no permutes, no dependence on `k`.
 //!
 //! AVX-512 would test a group with fewer instructions still (`vpermq` over the whole line),
 //! but its intrinsics and target feature are stable only from Rust 1.89, above this crate's
@@ -67,6 +75,18 @@ impl Probe {
             Kind::Avx2 => unsafe { x86::contains_avx2(block, h2, k) },
         }
     }
+
+    /// Whether the eight bits that the SplitBlock `word` names are all set in `block`.
+    #[inline(always)]
+    pub(crate) fn contains_split(self, block: &Line, word: u64) -> bool {
+        match self.0 {
+            Kind::Scalar => contains_split_scalar(block, word),
+            #[cfg(all(target_arch = "x86_64", not(loom)))]
+            #[allow(unsafe_code)]
+            // SAFETY: as in `contains`: `Kind::Avx2` means this CPU has AVX2.
+            Kind::Avx2 => unsafe { x86::contains_split_avx2(block, word) },
+        }
+    }
 }
 
 /// The portable test, one probe at a time. Branch-free over the line: a data-dependent early
@@ -75,9 +95,20 @@ impl Probe {
 #[inline(always)]
 pub(crate) fn contains_scalar(block: &Line, h2: u64, k: u32) -> bool {
     let mut all = 1u64;
-    crate::layout::for_each_in_block(crate::hasher::KeyHash { h1: 0, h2 }, k, 9, |bit| {
+    crate::layout::for_each_in_block(h2, k, 9, |bit| {
         all &= block.0[bit >> 6].load(Relaxed) >> (bit & 63);
     });
+    all & 1 == 1
+}
+
+/// The portable SplitBlock test: one shift and AND per word of the line, branch-free for
+/// the reason [`contains_scalar`] gives.
+#[inline(always)]
+pub(crate) fn contains_split_scalar(block: &Line, word: u64) -> bool {
+    let mut all = 1u64;
+    for (i, w) in block.0.iter().enumerate() {
+        all &= w.load(Relaxed) >> crate::layout::split_field(word, i);
+    }
     all & 1 == 1
 }
 
@@ -90,7 +121,8 @@ mod x86 {
         _mm256_castps_si256, _mm256_castsi256_ps, _mm256_loadu_si256, _mm256_permutevar8x32_epi32,
         _mm256_set_m128i, _mm256_set1_epi32, _mm256_set1_epi64x, _mm256_setr_epi64x,
         _mm256_slli_epi32, _mm256_sllv_epi32, _mm256_srli_epi32, _mm256_srlv_epi64,
-        _mm256_testc_si256,
+        _mm256_andnot_si256, _mm256_or_si256, _mm256_set1_epi64x as splat64,
+        _mm256_sllv_epi64, _mm256_testz_si256, _mm256_testc_si256,
     };
 
     use crate::bit_vector::Line;
@@ -145,6 +177,42 @@ mod x86 {
             } else {
                 group(lo, hi, h2, PER_WORD) & more_groups(lo, hi, h2, k)
             }
+        }
+    }
+
+    /// [`contains_split_scalar`](super::contains_split_scalar) with AVX2: the line's words
+    /// 0–3 and 4–7 are two registers, and 64-bit lane `j` of each holds field `j` (or
+    /// `4 + j`) of the split word as a one-bit mask.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must support AVX2. Nothing else: the function reads only the 64 bytes of
+    /// `block`.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn contains_split_avx2(block: &Line, word: u64) -> bool {
+        use crate::layout::SPLIT_FIRST_BIT as F;
+        // SAFETY: `load_line` needs AVX2, which this function is only called with; the rest
+        // are register-only AVX2 intrinsics (safe in an AVX2 function from Rust 1.87, `unsafe
+        // fn` at the crate's rust-version 1.85, hence the allow).
+        #[allow(unused_unsafe)]
+        unsafe {
+            let (lo, hi) = load_line(block);
+            let v = splat64(word as i64);
+            let shifts_lo = _mm256_setr_epi64x(F as i64, F as i64 + 6, F as i64 + 12, F as i64 + 18);
+            let shifts_hi =
+                _mm256_setr_epi64x(F as i64 + 24, F as i64 + 30, F as i64 + 36, F as i64 + 42);
+            let six_bits = splat64(63);
+            let one = splat64(1);
+            let field_lo = _mm256_and_si256(_mm256_srlv_epi64(v, shifts_lo), six_bits);
+            let field_hi = _mm256_and_si256(_mm256_srlv_epi64(v, shifts_hi), six_bits);
+            let bit_lo = _mm256_sllv_epi64(one, field_lo);
+            let bit_hi = _mm256_sllv_epi64(one, field_hi);
+            // A probe whose bit is clear leaves its bit in `!line & bit`: all set iff none does.
+            let clear = _mm256_or_si256(
+                _mm256_andnot_si256(lo, bit_lo),
+                _mm256_andnot_si256(hi, bit_hi),
+            );
+            _mm256_testz_si256(clear, clear) == 1
         }
     }
 
@@ -310,9 +378,7 @@ mod tests {
             let h2: u64 = rng.random();
             let k = rng.random_range(1..=24);
             let mut bits = Vec::new();
-            crate::layout::for_each_in_block(crate::hasher::KeyHash { h1: 0, h2 }, k, 9, |o| {
-                bits.push(o)
-            });
+            crate::layout::for_each_in_block(h2, k, 9, |o| bits.push(o));
             let mut words = [0u64; 8];
             for &o in &bits {
                 words[o >> 6] |= 1 << (o & 63);
@@ -324,6 +390,39 @@ mod tests {
                 w[o >> 6] &= !(1 << (o & 63));
                 assert!(!simd.contains(&block(w), h2, k), "bit {o} h2 {h2:#x} k {k}");
                 assert!(!Probe::SCALAR.contains(&block(w), h2, k));
+            }
+        }
+    }
+
+    /// The SplitBlock paths agree on random blocks of every density, and each of a key's
+    /// eight bits alone decides (clearing it makes both say no).
+    #[test]
+    fn split_simd_and_scalar_agree_and_see_every_bit() {
+        let simd = Probe::detect();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0x5b1);
+        let (mut yes, mut no) = (0u32, 0u32);
+        for round in 0..20_000 {
+            let ors = 1 + round % 8;
+            let words: [u64; 8] =
+                std::array::from_fn(|_| (0..ors).fold(0, |w, _| w | rng.random::<u64>()));
+            let word: u64 = rng.random();
+            let want = Probe::SCALAR.contains_split(&block(words), word);
+            assert_eq!(simd.contains_split(&block(words), word), want, "{words:x?} {word:#x}");
+            if want { yes += 1 } else { no += 1 }
+        }
+        assert!(yes > 1_000 && no > 1_000, "both answers exercised: {yes} / {no}");
+        for _ in 0..2_000 {
+            let word: u64 = rng.random();
+            let mut words = [0u64; 8];
+            crate::layout::for_each_in_split_block(word, |o| words[o >> 6] |= 1 << (o & 63));
+            assert!(words.iter().all(|w| w.count_ones() == 1), "one bit per word");
+            assert!(simd.contains_split(&block(words), word));
+            assert!(Probe::SCALAR.contains_split(&block(words), word));
+            for i in 0..8 {
+                let mut w = words;
+                w[i] = 0;
+                assert!(!simd.contains_split(&block(w), word), "word {i} {word:#x}");
+                assert!(!Probe::SCALAR.contains_split(&block(w), word));
             }
         }
     }

@@ -172,6 +172,8 @@ fn files_follow_the_documented_layout() {
         let layout_byte = match f.layout() {
             Layout::Classic => 0,
             Layout::Blocked => 1,
+            Layout::SplitBlock => 2,
+            other => panic!("no tag documented for {other:?}"),
         };
         assert_eq!(bytes[11], layout_byte, "{name}");
         let u64_at = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().unwrap());

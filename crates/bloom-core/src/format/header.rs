@@ -204,16 +204,16 @@ impl WordsHeader {
         let (num_hashes, num_bits, seed, capacity, target_fpr, num_words) = fields(bytes);
         let target_fpr = f64::from_bits(target_fpr);
 
-        if check_hashes(num_hashes).is_err() {
+        if check_hashes(layout, num_hashes).is_err() {
             return Err(DecodeError::Inconsistent(
-                "number of hashes is 0 or above the maximum",
+                "number of hashes is 0, above the maximum, or not the split-block layout's 8",
             ));
         }
         match round_bits(layout, num_bits) {
             Ok(rounded) if rounded == num_bits => {}
             Ok(_) => {
                 return Err(DecodeError::Inconsistent(
-                    "blocked layout with bits not a multiple of 512",
+                    "blocked or split-block layout with bits not a multiple of 512",
                 ));
             }
             Err(_) => {
