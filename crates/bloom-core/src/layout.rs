@@ -109,12 +109,7 @@ pub(crate) fn reduce(hash: u64, n: u64) -> u64 {
 ///
 /// Shared by every blocked structure (bits here, counters in the counting variant).
 #[inline(always)]
-pub(crate) fn for_each_in_block(
-    h2: u64,
-    k: u32,
-    slots_log2: u32,
-    mut visit: impl FnMut(usize),
-) {
+pub(crate) fn for_each_in_block(h2: u64, k: u32, slots_log2: u32, mut visit: impl FnMut(usize)) {
     let mask = (1u64 << slots_log2) - 1;
     let per_word = 64 / slots_log2;
     let mut bits = h2;

@@ -117,12 +117,12 @@ mod x86 {
     #![allow(unsafe_code)]
     use std::arch::asm;
     use std::arch::x86_64::{
-        __m128i, __m256i, _mm256_and_si256, _mm256_blend_epi32, _mm256_blendv_ps,
-        _mm256_castps_si256, _mm256_castsi256_ps, _mm256_loadu_si256, _mm256_permutevar8x32_epi32,
-        _mm256_set_m128i, _mm256_set1_epi32, _mm256_set1_epi64x, _mm256_setr_epi64x,
-        _mm256_slli_epi32, _mm256_sllv_epi32, _mm256_srli_epi32, _mm256_srlv_epi64,
-        _mm256_andnot_si256, _mm256_or_si256, _mm256_set1_epi64x as splat64,
-        _mm256_sllv_epi64, _mm256_testz_si256, _mm256_testc_si256,
+        __m128i, __m256i, _mm256_and_si256, _mm256_andnot_si256, _mm256_blend_epi32,
+        _mm256_blendv_ps, _mm256_castps_si256, _mm256_castsi256_ps, _mm256_loadu_si256,
+        _mm256_or_si256, _mm256_permutevar8x32_epi32, _mm256_set_m128i, _mm256_set1_epi32,
+        _mm256_set1_epi64x, _mm256_set1_epi64x as splat64, _mm256_setr_epi64x, _mm256_slli_epi32,
+        _mm256_sllv_epi32, _mm256_sllv_epi64, _mm256_srli_epi32, _mm256_srlv_epi64,
+        _mm256_testc_si256, _mm256_testz_si256,
     };
 
     use crate::bit_vector::Line;
@@ -198,7 +198,8 @@ mod x86 {
         unsafe {
             let (lo, hi) = load_line(block);
             let v = splat64(word as i64);
-            let shifts_lo = _mm256_setr_epi64x(F as i64, F as i64 + 6, F as i64 + 12, F as i64 + 18);
+            let shifts_lo =
+                _mm256_setr_epi64x(F as i64, F as i64 + 6, F as i64 + 12, F as i64 + 18);
             let shifts_hi =
                 _mm256_setr_epi64x(F as i64 + 24, F as i64 + 30, F as i64 + 36, F as i64 + 42);
             let six_bits = splat64(63);
@@ -407,15 +408,25 @@ mod tests {
                 std::array::from_fn(|_| (0..ors).fold(0, |w, _| w | rng.random::<u64>()));
             let word: u64 = rng.random();
             let want = Probe::SCALAR.contains_split(&block(words), word);
-            assert_eq!(simd.contains_split(&block(words), word), want, "{words:x?} {word:#x}");
+            assert_eq!(
+                simd.contains_split(&block(words), word),
+                want,
+                "{words:x?} {word:#x}"
+            );
             if want { yes += 1 } else { no += 1 }
         }
-        assert!(yes > 1_000 && no > 1_000, "both answers exercised: {yes} / {no}");
+        assert!(
+            yes > 1_000 && no > 1_000,
+            "both answers exercised: {yes} / {no}"
+        );
         for _ in 0..2_000 {
             let word: u64 = rng.random();
             let mut words = [0u64; 8];
             crate::layout::for_each_in_split_block(word, |o| words[o >> 6] |= 1 << (o & 63));
-            assert!(words.iter().all(|w| w.count_ones() == 1), "one bit per word");
+            assert!(
+                words.iter().all(|w| w.count_ones() == 1),
+                "one bit per word"
+            );
             assert!(simd.contains_split(&block(words), word));
             assert!(Probe::SCALAR.contains_split(&block(words), word));
             for i in 0..8 {
