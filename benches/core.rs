@@ -2,7 +2,8 @@
 //! non-members (miss), batch lookup, and lookup throughput with 1 and 2 threads.
 //!
 //! Implementations (the function names in each group):
-//! * `bloom-core-blocked`, `bloom-core-classic`: [`bloom_core::BloomFilter`] in each layout;
+//! * `bloom-core-blocked`, `bloom-core-classic`, `bloom-core-splitblock`:
+//!   [`bloom_core::BloomFilter`] in each layout;
 //! * `bloom-core-counting`: [`bloom_core::CountingBloomFilter`], Blocked (4-bit counters: 4×
 //!   the memory of `bloom-core-blocked`, the same slots and `k`);
 //! * `bloom-core-scalable`: [`bloom_core::ScalableBloomFilter`] (Blocked stages, growth ×2,
@@ -46,7 +47,11 @@
 //!   * `random_line_read_300k_0.37MB_in_L2`: the same at 300k (0.37 MB, 299,008 positions),
 //!     an array that stays in L2: the "one L2 line" part of the floor, for the 300k hit rows.
 //!
-//!   The floor of `contains_hit/u64/<n>` is `siphash13_u64` + `random_line_read_<n>_…`;
+//!   * `random_line_read_1M_1.26MB_past_L2`, `random_line_read_300k_0.38MB_in_L2`: the same
+//!     over an array the size of the SplitBlock filter (2% larger at p = 1%).
+//!
+//!   The floor of `contains_hit/u64/<n>` is `siphash13_u64` + `random_line_read_<n>_…` of the
+//!   array of that row's size;
 //! * `contains_threads/…`: `bloom-core-blocked-1t` / `-2t`, hits looked up by 1 or 2 threads
 //!   sharing one `&BloomFilter`; `time(1t) / time(2t)` is the 2-thread speedup.
 //!
@@ -297,11 +302,12 @@ fn bloomfilter_filter<Q: ?Sized>(n: u64) -> bloomfilter::Bloom<Q> {
     bloomfilter::Bloom::new_for_fp_rate(n as usize, FPR).expect("valid parameters")
 }
 
-/// The seven implementations, each sized for `n` items at [`FPR`] (the scalable-grown one
+/// The eight implementations, each sized for `n` items at [`FPR`] (the scalable-grown one
 /// growing to it), with random hash keys.
 struct Filters<Q: ?Sized> {
     blocked: BloomFilter,
     classic: BloomFilter,
+    split_block: BloomFilter,
     counting: CountingBloomFilter,
     scalable: ScalableBloomFilter,
     scalable_grown: ScalableBloomFilter,
@@ -310,7 +316,7 @@ struct Filters<Q: ?Sized> {
 }
 
 impl<Q: ?Sized + Key + Hash> Filters<Q> {
-    /// All seven, holding the members `0..n`, the keys generated on the fly (never all held
+    /// All eight, holding the members `0..n`, the keys generated on the fly (never all held
     /// at once). Out of cache every insert is a cache miss and a serial fill of 50M keys takes
     /// minutes, so two threads share the work: `bloomfilter` (the slowest, and it needs
     /// `&mut`) with the counting filter and a quarter of `fastbloom`, and the plain filters
@@ -324,6 +330,7 @@ impl<Q: ?Sized + Key + Hash> Filters<Q> {
         let mut f = Self {
             blocked: ours(n, Layout::Blocked),
             classic: ours(n, Layout::Classic),
+            split_block: ours(n, Layout::SplitBlock),
             counting: ours_counting(n),
             scalable: ours_scalable(n),
             scalable_grown: ours_scalable(n / GROWN_DIVISOR),
@@ -331,6 +338,7 @@ impl<Q: ?Sized + Key + Hash> Filters<Q> {
             bloomfilter: bloomfilter_filter(n),
         };
         let (blocked, classic, fastbloom) = (&f.blocked, &f.classic, &f.fastbloom);
+        let split_block = &f.split_block;
         let (counting, scalable, grown) = (&f.counting, &f.scalable, &f.scalable_grown);
         let bloom = &mut f.bloomfilter;
         std::thread::scope(|s| {
@@ -345,6 +353,7 @@ impl<Q: ?Sized + Key + Hash> Filters<Q> {
             });
             S::insert_many(blocked, 0..n);
             S::insert_many(classic, 0..n);
+            S::insert_many(split_block, 0..n);
             S::for_each_key(0..n, |k| {
                 scalable.insert(k);
             });
@@ -403,6 +412,11 @@ fn each_impl<Q: ?Sized + Key + Hash>(v: &mut impl Visit<Q>) {
         "bloom-core-classic",
         |n| ours(n, Layout::Classic),
         |f| &f.classic,
+    );
+    v.visit(
+        "bloom-core-splitblock",
+        |n| ours(n, Layout::SplitBlock),
+        |f| &f.split_block,
     );
     v.visit("bloom-core-counting", ours_counting, |f| &f.counting);
     v.visit("bloom-core-scalable", ours_scalable, |f| &f.scalable);
@@ -483,7 +497,7 @@ where
         })
     }
 
-    /// The seven filters holding all `n` members. Checks, untimed, that every member query is
+    /// The eight filters holding all `n` members. Checks, untimed, that every member query is
     /// found and prints the false-positive rate measured on the non-member queries, the bits
     /// per item, and the scalable filters' numbers of stages.
     fn filled(&self) -> &Filters<S::Key> {
@@ -492,7 +506,7 @@ where
             let t = Instant::now();
             let f = Filters::filled::<S>(self.n);
             eprint!(
-                "[setup {}] filled the 7 filters with {} keys in {:.2?}; FPR (bits/item):",
+                "[setup {}] filled the 8 filters with {} keys in {:.2?}; FPR (bits/item):",
                 self.label(),
                 self.n,
                 t.elapsed()
@@ -790,8 +804,17 @@ fn floor(c: &mut Criterion) {
         });
     });
     drop(keys);
-    for (n, place) in [(SMALL, "past_L2"), (IN_L2, "in_L2")] {
-        let bytes = ours(n, Layout::Blocked).size_in_bytes();
+    let sizes = [(SMALL, "past_L2"), (IN_L2, "in_L2")]
+        .into_iter()
+        .flat_map(|(n, place)| {
+            // The arrays of the Blocked and the SplitBlock filter (2% larger at 1%).
+            [Layout::Blocked, Layout::SplitBlock].map(|layout| (n, place, layout))
+        });
+    for (n, place, layout) in sizes {
+        let bytes = ours(n, layout).size_in_bytes();
+        if layout == Layout::SplitBlock && bytes == ours(n, Layout::Blocked).size_in_bytes() {
+            continue;
+        }
         let lines: Vec<FloorLine> = (0..bytes / 64).map(|_| FloorLine([1; 8])).collect();
         let mut rng = StdRng::seed_from_u64(0xf100 ^ n);
         let positions: Vec<usize> = (0..query_count(n))
@@ -802,6 +825,7 @@ fn floor(c: &mut Criterion) {
             size_label(n),
             bytes as f64 / 1e6
         );
+
         group.bench_function(name, |b| {
             let mut i = 0;
             b.iter(|| {
