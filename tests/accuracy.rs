@@ -24,9 +24,10 @@ const NON_MEMBER: u64 = 1 << 63;
 /// p = 0.1), so a bound on the probe noise alone would fail for a good share of seeds.
 const Z_BOUND: f64 = 3.0;
 
-/// The two-sided margin for comparing two estimates across the 12 configurations: with 12
-/// comparisons, a family-wise false-alarm probability of 10⁻³ needs a per-comparison
-/// two-sided tail of 8.3·10⁻⁵, i.e. z = 3.94. Rounded up.
+/// The two-sided margin for comparing two estimates: z = 4 is a per-comparison two-sided
+/// tail of 6.3·10⁻⁵, so over the 24 comparisons of `false_positive_rates_stay_within_bounds`
+/// (`current_fpr()` in 18 configurations, the SplitBlock model in 6) a family-wise
+/// false-alarm probability of at most 1.5·10⁻³.
 const Z_COMPARE: f64 = 4.0;
 
 fn seed_for(layout: Layout, n: u64, p: f64) -> u128 {
@@ -221,6 +222,20 @@ fn false_positive_rates_stay_within_bounds() {
                     failures.push(format!(
                         "{layout:?} n={n} p={p}: current_fpr() {current} vs measured {measured} (±{tolerance})"
                     ));
+                }
+
+                // SplitBlock's closed form is exact, not only an upper bound: the measured rate
+                // must agree with it both ways (a model that overestimated the rate would size
+                // filters too large and still pass the one-sided bound above).
+                if layout == Layout::SplitBlock {
+                    let model = params::expected_fpr(layout, m, k, n as f64);
+                    let tolerance =
+                        Z_COMPARE * sigma(model, PROBES).hypot(filter_sigma(layout, m, k, n));
+                    if (measured - model).abs() > tolerance {
+                        failures.push(format!(
+                            "{layout:?} n={n} p={p} (m={m}): measured {measured} vs the model's {model} (±{tolerance})"
+                        ));
+                    }
                 }
 
                 // fill_ratio and count_ones agree with each other and with the bits on file.

@@ -13,6 +13,9 @@ use bloom_core::{BloomFilter, IncompatibleError, Layout};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+/// Every layout the crate has.
+const LAYOUTS: [Layout; 3] = [Layout::Blocked, Layout::Classic, Layout::SplitBlock];
+
 const INSERTERS: usize = 4;
 const PER_THREAD: usize = 200_000;
 const READERS: usize = 2;
@@ -188,6 +191,16 @@ fn classic_batches() {
 }
 
 #[test]
+fn split_block_single_keys() {
+    inserters_and_readers(Layout::SplitBlock, Api::Single);
+}
+
+#[test]
+fn split_block_batches() {
+    inserters_and_readers(Layout::SplitBlock, Api::Batch);
+}
+
+#[test]
 fn the_filter_is_send_and_sync() {
     fn shareable<T: Send + Sync + 'static>() {}
     shareable::<BloomFilter>();
@@ -198,7 +211,7 @@ fn the_filter_is_send_and_sync() {
 #[test]
 fn snapshots_during_inserts_hold_every_published_key() {
     const N: usize = 300_000;
-    for layout in [Layout::Blocked, Layout::Classic] {
+    for layout in LAYOUTS {
         let f = filter(layout, N as u64, 0x5A_u128);
         let progress = AtomicUsize::new(0);
         thread::scope(|s| {
@@ -245,7 +258,7 @@ fn words(f: &BloomFilter) -> Vec<u64> {
 
 #[test]
 fn union_and_intersect_of_compatible_filters() {
-    for layout in [Layout::Blocked, Layout::Classic] {
+    for layout in LAYOUTS {
         let make = || filter(layout, 50_000, 0x5E7);
         // A = 0..30k, B = 20k..50k, A ∩ B = 20k..30k.
         let (a, b) = (make(), make());
@@ -304,7 +317,7 @@ fn union_and_intersect_of_compatible_filters() {
 
 #[test]
 fn union_racing_with_inserts_keeps_both_sides() {
-    for layout in [Layout::Blocked, Layout::Classic] {
+    for layout in LAYOUTS {
         let a = filter(layout, 200_000, 0xAB);
         let b = filter(layout, 200_000, 0xAB);
         b.insert_many(keys(100_000..200_000));
@@ -379,6 +392,43 @@ fn incompatible_filters_are_refused_and_left_unchanged() {
             "a refused operation changed the filter"
         );
     }
+    // Blocked with k = 8 and SplitBlock of the same size and hash key differ only in where
+    // a key's eight bits go: still incompatible, by layout.
+    let split = || {
+        BloomFilter::builder()
+            .layout(Layout::SplitBlock)
+            .bits(1024)
+            .seed(1)
+    };
+    let ours_split = split().build().unwrap();
+    ours_split.insert("ours");
+    let before_split = ours_split.to_bytes();
+    let blocked8 = split().layout(Layout::Blocked).hashes(8).build().unwrap();
+    blocked8.insert("theirs");
+    for result in [
+        ours_split.union(&blocked8),
+        ours_split.intersect(&blocked8),
+        ours_split.check_compatible(&blocked8),
+    ] {
+        let e = result.expect_err("split-block vs blocked");
+        assert_eq!(
+            e,
+            IncompatibleError::Layout {
+                ours: Layout::SplitBlock,
+                theirs: Layout::Blocked,
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "filters are incompatible: layout differs (split-block vs blocked)"
+        );
+    }
+    assert!(ours_split.to_bytes() == before_split);
+    let twin_split = split().build().unwrap();
+    twin_split.insert("twin");
+    ours_split.union(&twin_split).unwrap();
+    assert!(ours_split.contains("ours") && ours_split.contains("twin"));
+
     // The same parameters are compatible (and the one key of each is kept by union).
     let twin = base().build().unwrap();
     twin.insert("twin");

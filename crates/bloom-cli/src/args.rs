@@ -14,6 +14,10 @@ pub enum LayoutArg {
     Blocked,
     /// Bits anywhere: the fewest bits for a rate, up to k cache misses per lookup.
     Classic,
+    /// One bit in each 64-bit word of a cache line, k fixed at 8: the fastest lookup (≈2% more
+    /// bits than blocked at 1%, ≈20% more at 10%).
+    #[value(name = "split-block")]
+    SplitBlock,
 }
 
 impl From<LayoutArg> for Layout {
@@ -21,6 +25,7 @@ impl From<LayoutArg> for Layout {
         match l {
             LayoutArg::Blocked => Layout::Blocked,
             LayoutArg::Classic => Layout::Classic,
+            LayoutArg::SplitBlock => Layout::SplitBlock,
         }
     }
 }

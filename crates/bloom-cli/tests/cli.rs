@@ -101,7 +101,11 @@ fn field<'a>(text: &'a str, label: &str) -> &'a str {
 #[test]
 fn calc_prints_the_sizing_of_bloom_core_for_each_layout() {
     let dir = TempDir::new().unwrap();
-    for (layout, name) in [(Layout::Blocked, "blocked"), (Layout::Classic, "classic")] {
+    for (layout, name) in [
+        (Layout::Blocked, "blocked"),
+        (Layout::Classic, "classic"),
+        (Layout::SplitBlock, "split-block"),
+    ] {
         let o = run(
             dir.path(),
             &["calc", "--items", "100M", "--fpr", "1e-4", "--layout", name],
@@ -216,6 +220,131 @@ fn build_reads_lf_crlf_and_a_last_line_without_newline() {
     let o = run(dir.path(), &["check", "k.bloom", "user:1\r", "user:5"], "");
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(stdout(&o), "absent\tuser:1\r\nabsent\tuser:5\n");
+}
+
+/// `--layout split-block` end to end: `build` writes exactly the file bloom-core builds for the
+/// same settings (layout byte 2, k = 8), `check` finds every key, `stats` and `calc` report
+/// the layout, and merging it with a blocked filter or resuming a dedup with another layout
+/// is a clean error. There is no flag for k: an unknown layout name is refused by clap with
+/// the list of valid ones.
+#[test]
+fn split_block_filters_build_check_and_report_their_layout() {
+    let dir = TempDir::new().unwrap();
+    let keys: Vec<String> = (0..2_000).map(|i| format!("user:{i}")).collect();
+    let input: String = keys.iter().map(|k| format!("{k}\n")).collect();
+    let o = run(
+        dir.path(),
+        &[
+            "build",
+            "-n",
+            "2000",
+            "-p",
+            "0.01",
+            "--layout",
+            "split-block",
+            "--seed",
+            "0x5b",
+            "-o",
+            "split.bloom",
+        ],
+        input.clone(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let bytes = fs::read(dir.path().join("split.bloom")).unwrap();
+    assert_eq!(bytes[11], 2, "layout byte");
+    let want = bloom_core::BloomFilter::builder()
+        .layout(Layout::SplitBlock)
+        .expected_items(2_000)
+        .false_positive_rate(0.01)
+        .seed(0x5b)
+        .build()
+        .unwrap();
+    want.insert_many(&keys);
+    assert!(
+        bytes == want.to_bytes(),
+        "the CLI's file differs from bloom-core's"
+    );
+
+    // Every key is found (exit 0); a stdin batch with an absent key exits 1.
+    let o = run(dir.path(), &["check", "-q", "split.bloom"], input);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let absent = (0..200)
+        .map(|i| format!("nobody:{i}\n"))
+        .collect::<String>();
+    let o = run(dir.path(), &["check", "split.bloom"], absent);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let maybe = stdout(&o)
+        .lines()
+        .filter(|l| l.starts_with("maybe"))
+        .count();
+    assert!(maybe < 20, "{maybe} of 200 absent keys maybe at 1%");
+
+    let v = stats_json(dir.path(), "split.bloom");
+    let sized = params::for_layout(Layout::SplitBlock, 2_000, 0.01).unwrap();
+    assert_eq!(v["layout"], "split-block");
+    assert_eq!(v["hashes"], 8);
+    assert_eq!(v["bits"], sized.bits);
+    let est = v["estimated_items"].as_f64().unwrap();
+    assert!((est - 2_000.0).abs() < 100.0, "{est}");
+    let text = stdout(&run(dir.path(), &["stats", "split.bloom"], ""));
+    assert_eq!(field(&text, "layout"), "split-block");
+    assert_eq!(field(&text, "hashes (k)"), "8");
+
+    // Not mergeable with the blocked filter of the same settings.
+    let o = run(
+        dir.path(),
+        &[
+            "build",
+            "-n",
+            "2000",
+            "-p",
+            "0.01",
+            "--seed",
+            "0x5b",
+            "-o",
+            "blocked.bloom",
+        ],
+        "x\n",
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(
+        dir.path(),
+        &["merge", "split.bloom", "blocked.bloom", "-o", "out.bloom"],
+        "",
+    );
+    assert_error(&o, &["split.bloom", "blocked.bloom", "cannot be merged"]);
+    // A dedup state of another layout is refused, naming both.
+    let o = run(
+        dir.path(),
+        &[
+            "dedup",
+            "-n",
+            "2000",
+            "-p",
+            "0.01",
+            "--state",
+            "split.bloom",
+        ],
+        "",
+    );
+    assert_error(&o, &["split.bloom", "layout is split-block, not blocked"]);
+    assert_eq!(fs::read(dir.path().join("split.bloom")).unwrap(), bytes);
+    assert!(!dir.path().join("out.bloom").exists());
+
+    // Misspelt: clap lists the valid names.
+    let o = run(
+        dir.path(),
+        &["calc", "-n", "10", "-p", "0.01", "--layout", "split"],
+        "",
+    );
+    assert_usage_error(&o, "split-block");
+    // The help says what it is.
+    bloom()
+        .args(["build", "--help"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("split-block"))
+        .stdout(predicate::str::contains("k fixed at 8"));
 }
 
 #[test]
@@ -958,6 +1087,7 @@ fn dedup_output_is_that_of_one_insert_per_line_in_order() {
     for (items, fpr, layout) in [
         (5_000, 0.01, Layout::Blocked),
         (5_000, 0.01, Layout::Classic),
+        (5_000, 0.01, Layout::SplitBlock),
         (1_000_000, 1e-6, Layout::Blocked),
     ] {
         let want = sequential_dedup(&stream, items, fpr, layout, 7);

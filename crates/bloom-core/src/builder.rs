@@ -70,7 +70,8 @@ pub enum BuildError {
     /// `false_positive_rate` without `expected_items`.
     #[error("false-positive rate given without expected items: call .expected_items(n)")]
     MissingExpectedItems,
-    /// `bits` without `hashes` (and no `expected_items` to derive it from).
+    /// `bits` without `hashes` (and no `expected_items` to derive it from), in a layout
+    /// whose `k` is not fixed.
     #[error(
         "bits given without hashes: call .hashes(k), or .expected_items(n) to derive the best k"
     )]
@@ -210,7 +211,9 @@ impl<F> Builder<F> {
         self
     }
 
-    /// An explicit number of hash probes per key (k).
+    /// An explicit number of hash probes per key (k). Not needed with [`Layout::SplitBlock`],
+    /// whose `k` is always [`SPLIT_HASHES`] (any other value is
+    /// [`BuildError::HashesFixedByLayout`]); `.bits(m)` alone sizes such a filter.
     ///
     /// ```
     /// let f = bloom_core::BloomFilter::builder().bits(4_096).hashes(5).build()?;
@@ -287,6 +290,8 @@ impl<F> Builder<F> {
                         }
                         params::optimal_hashes(layout, round_bits(layout, m)?, n)
                     }
+                    // The layout fixes k: nothing to derive.
+                    (None, None) if layout == Layout::SplitBlock => SPLIT_HASHES,
                     (None, None) => return Err(BuildError::MissingHashes),
                 };
                 (m, k)

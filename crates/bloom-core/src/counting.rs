@@ -528,7 +528,7 @@ mod tests {
 
     #[test]
     fn to_bloom_answers_like_the_counting_filter() {
-        for layout in [Layout::Blocked, Layout::Classic] {
+        for layout in [Layout::Blocked, Layout::Classic, Layout::SplitBlock] {
             let c = CountingBloomFilter::builder()
                 .expected_items(2_000)
                 .false_positive_rate(0.01)

@@ -860,10 +860,12 @@ pub enum IncompatibleError {
 mod tests {
     use super::*;
 
+    /// 4096 bits, k = 5 (SplitBlock: its fixed 8).
     fn filter(layout: Layout) -> BloomFilter {
+        let k = if layout == Layout::SplitBlock { 8 } else { 5 };
         BloomFilter::builder()
             .bits(4096)
-            .hashes(5)
+            .hashes(k)
             .layout(layout)
             .seed(9)
             .build()
@@ -872,7 +874,7 @@ mod tests {
 
     #[test]
     fn the_bits_a_key_sets_insert_it_elsewhere() {
-        for layout in [Layout::Blocked, Layout::Classic] {
+        for layout in [Layout::Blocked, Layout::Classic, Layout::SplitBlock] {
             let (a, b) = (filter(layout), filter(layout));
             a.insert("user:1");
             let mut seen = 0;
@@ -881,7 +883,7 @@ mod tests {
                 assert!(a.bits.test(bit));
                 b.union_words((bit / 64) as usize, &[1 << (bit % 64)]);
             });
-            assert_eq!(seen, 5);
+            assert_eq!(seen, a.num_hashes(), "{layout:?}");
             assert!(b.contains("user:1"));
             assert_eq!(a.words().collect::<Vec<_>>(), b.words().collect::<Vec<_>>());
         }
@@ -933,6 +935,60 @@ mod tests {
                 let key: u64 = rng.random();
                 let want = scalar.contains(&key);
                 assert_eq!(simd.contains(&key), want, "k {k} bits {bits} key {key}");
+                if want { yes += 1 } else { no += 1 }
+            }
+        }
+        assert!(
+            yes > 10_000 && no > 10_000,
+            "both answers exercised: {yes} / {no}"
+        );
+    }
+
+    /// The same for SplitBlock (`contains_split`): random sizes, fills from a tenth of
+    /// capacity to three times it, every inserted key found by both probes, and both answers
+    /// for random keys.
+    #[test]
+    fn simd_and_scalar_split_block_probes_agree_on_random_filters() {
+        use rand::{Rng, SeedableRng};
+
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0x5b11);
+        let (mut yes, mut no) = (0u32, 0u32);
+        for _ in 0..60 {
+            let bits = rng.random_range(1..=64) * 512;
+            let simd = BloomFilter::builder()
+                .bits(bits)
+                .layout(Layout::SplitBlock)
+                .seed(rng.random())
+                .build()
+                .unwrap();
+            // About 10 bits per key meets 1%: fill from a tenth of that to three times it.
+            let capacity = bits / 10;
+            let members: Vec<u64> = (0..rng.random_range(capacity / 10..=capacity * 3))
+                .map(|_| rng.random())
+                .collect();
+            simd.insert_many(&members);
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2") {
+                assert!(
+                    simd.probe.is_simd(),
+                    "AVX2 is there: the test must compare it"
+                );
+            }
+            let mut scalar = simd.clone();
+            scalar.force_scalar_probe();
+            assert_eq!(scalar.probe, Probe::SCALAR);
+            for key in &members {
+                assert!(
+                    simd.contains(key) && scalar.contains(key),
+                    "bits {bits} {key}"
+                );
+            }
+            assert!(simd.contains_many(&members).iter().all(|&b| b));
+            assert!(scalar.contains_many(&members).iter().all(|&b| b));
+            for _ in 0..2_000 {
+                let key: u64 = rng.random();
+                let want = scalar.contains(&key);
+                assert_eq!(simd.contains(&key), want, "bits {bits} key {key}");
                 if want { yes += 1 } else { no += 1 }
             }
         }

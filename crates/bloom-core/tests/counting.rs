@@ -3,10 +3,12 @@
 
 use std::collections::HashMap;
 
-use bloom_core::{CountingBloomFilter, DecodeError, Layout};
+use bloom_core::{BloomFilter, CountingBloomFilter, DecodeError, Layout};
 use proptest::prelude::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+
+const LAYOUTS: [Layout; 3] = [Layout::Blocked, Layout::Classic, Layout::SplitBlock];
 
 fn counting(n: u64, p: f64, layout: Layout, seed: u128) -> CountingBloomFilter {
     CountingBloomFilter::builder()
@@ -36,11 +38,14 @@ fn ops() -> impl Strategy<Value = Vec<Op>> {
 
 proptest! {
     /// Every key inserted more times than it was (successfully) removed is still found,
-    /// whatever the interleaving, in both layouts, including keys removed although never
+    /// whatever the interleaving, in every layout, including keys removed although never
     /// inserted (refused when detectably absent).
     #[test]
-    fn no_false_negatives_for_keys_inserted_more_than_removed(ops in ops(), seed: u64, classic: bool) {
-        let layout = if classic { Layout::Classic } else { Layout::Blocked };
+    fn no_false_negatives_for_keys_inserted_more_than_removed(
+        ops in ops(),
+        seed: u64,
+        layout in prop::sample::select(&LAYOUTS[..]),
+    ) {
         // Small on purpose: many keys share counters, some saturate.
         let f = counting(200, 0.05, layout, u128::from(seed));
         let mut net: HashMap<u16, i64> = HashMap::new();
@@ -78,27 +83,71 @@ proptest! {
 
 #[test]
 fn removing_a_definitely_absent_key_changes_nothing() {
-    let f = counting(1_000, 0.01, Layout::Blocked, 3);
-    for i in 0..1_000u64 {
-        f.insert(&i);
-    }
-    let before = f.to_bytes();
-    let mut refused = 0;
-    for i in 1_000_000..1_010_000u64 {
-        if !f.contains(&i) {
-            assert!(!f.remove(&i));
-            refused += 1;
+    for layout in LAYOUTS {
+        let f = counting(1_000, 0.01, layout, 3);
+        for i in 0..1_000u64 {
+            f.insert(&i);
         }
+        let before = f.to_bytes();
+        let mut refused = 0;
+        for i in 1_000_000..1_010_000u64 {
+            if !f.contains(&i) {
+                assert!(!f.remove(&i));
+                refused += 1;
+            }
+        }
+        assert!(
+            refused > 9_000,
+            "{layout:?}: a 1% filter reports ~99% of absent keys absent ({refused})"
+        );
+        assert_eq!(
+            f.to_bytes(),
+            before,
+            "{layout:?}: refused removals left every counter as it was"
+        );
     }
-    assert!(
-        refused > 9_000,
-        "a 1% filter reports ~99% of absent keys absent ({refused})"
-    );
-    assert_eq!(
-        f.to_bytes(),
-        before,
-        "refused removals left every counter as it was"
-    );
+}
+
+/// A counting filter's non-zero counters are exactly the bits a plain filter of the same
+/// settings sets for the same keys (the counting variant walks the slots through the shared
+/// `for_each_slot`, the plain filter through its own fast paths), and removing keys again
+/// leaves the bits of the rest.
+#[test]
+fn counters_sit_where_the_plain_filter_puts_its_bits() {
+    for layout in LAYOUTS {
+        let settings = |b: bloom_core::Builder<BloomFilter>| {
+            b.expected_items(5_000)
+                .false_positive_rate(0.01)
+                .layout(layout)
+                .seed(0xC0_47)
+        };
+        let plain = settings(BloomFilter::builder()).build().unwrap();
+        let c = settings(BloomFilter::builder()).build_counting().unwrap();
+        assert_eq!(c.layout(), layout);
+        assert_eq!(c.num_hashes(), plain.num_hashes(), "{layout:?}");
+        for i in 0..5_000u64 {
+            plain.insert(&i);
+            c.insert(&i);
+        }
+        let bloom = c.to_bloom();
+        assert_eq!(bloom.layout(), layout);
+        assert!(
+            bloom.words().eq(plain.words()),
+            "{layout:?}: counters and plain bits differ"
+        );
+        // Remove the upper half: what is left is the plain filter of the lower half (no
+        // counter saturated, so every decrement happened).
+        assert_eq!(c.count_saturated(), 0);
+        for i in 2_500..5_000u64 {
+            assert!(c.remove(&i), "{layout:?} key {i}");
+        }
+        let lower = settings(BloomFilter::builder()).build().unwrap();
+        lower.insert_many(0..2_500u64);
+        assert!(
+            c.to_bloom().words().eq(lower.words()),
+            "{layout:?}: removal left counters behind"
+        );
+    }
 }
 
 #[test]
@@ -106,7 +155,7 @@ fn the_false_positive_rate_stays_within_bound_after_many_remove_cycles() {
     // Keep n keys present while churning through 20 generations of them: if removal left
     // counters behind, the filter would fill up and its FPR would climb.
     let (n, p) = (10_000u64, 0.01);
-    for layout in [Layout::Blocked, Layout::Classic] {
+    for layout in LAYOUTS {
         let f = counting(n, p, layout, 11);
         for generation in 0..20u64 {
             let keys = generation * n..(generation + 1) * n;
@@ -183,40 +232,42 @@ fn concurrent_inserts_and_removes_lose_nothing() {
 
 #[test]
 fn counting_files_round_trip_and_are_not_read_as_plain_filters() {
-    let f = counting(1_000, 0.01, Layout::Classic, 9);
-    for i in 0..1_000u64 {
-        f.insert(&i);
-        f.insert(&i);
-    }
-    f.remove(&0u64);
-    let bytes = f.to_bytes();
-    let mut streamed = Vec::new();
-    f.write_to(&mut streamed).unwrap();
-    assert_eq!(bytes, streamed);
-    let back = CountingBloomFilter::read_from(&mut bytes.as_slice()).unwrap();
-    assert_eq!(back.to_bytes(), bytes);
-    assert_eq!(back.count_estimate(&1u64), 2);
-    assert!(matches!(
-        bloom_core::BloomFilter::from_bytes(&bytes),
-        Err(DecodeError::WrongKind { .. })
-    ));
-    assert!(matches!(
-        CountingBloomFilter::from_bytes(&f.to_bloom().to_bytes()),
-        Err(DecodeError::WrongKind { .. })
-    ));
-    for cut in [0, 7, 63, 64, bytes.len() - 1] {
-        assert!(
-            CountingBloomFilter::from_bytes(&bytes[..cut]).is_err(),
-            "prefix {cut}"
-        );
-    }
-    for i in 0..bytes.len() {
-        let mut bad = bytes.clone();
-        bad[i] ^= 0x10;
-        assert!(
-            CountingBloomFilter::from_bytes(&bad).is_err(),
-            "flip at {i} undetected"
-        );
+    for layout in LAYOUTS {
+        let f = counting(1_000, 0.01, layout, 9);
+        for i in 0..1_000u64 {
+            f.insert(&i);
+            f.insert(&i);
+        }
+        f.remove(&0u64);
+        let bytes = f.to_bytes();
+        let mut streamed = Vec::new();
+        f.write_to(&mut streamed).unwrap();
+        assert_eq!(bytes, streamed);
+        let back = CountingBloomFilter::read_from(&mut bytes.as_slice()).unwrap();
+        assert_eq!(back.to_bytes(), bytes);
+        assert_eq!(back.count_estimate(&1u64), 2);
+        assert!(matches!(
+            bloom_core::BloomFilter::from_bytes(&bytes),
+            Err(DecodeError::WrongKind { .. })
+        ));
+        assert!(matches!(
+            CountingBloomFilter::from_bytes(&f.to_bloom().to_bytes()),
+            Err(DecodeError::WrongKind { .. })
+        ));
+        for cut in [0, 7, 63, 64, bytes.len() - 1] {
+            assert!(
+                CountingBloomFilter::from_bytes(&bytes[..cut]).is_err(),
+                "{layout:?}: prefix {cut}"
+            );
+        }
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x10;
+            assert!(
+                CountingBloomFilter::from_bytes(&bad).is_err(),
+                "{layout:?}: flip at {i} undetected"
+            );
+        }
     }
 }
 

@@ -6,10 +6,11 @@
 //! * Nothing panics: 10,000 seeded random blobs, proptest inputs and mutations of valid files.
 //! * The golden files in `tests/data/` were written by format version 1:
 //!   `golden-v1.bloom` (Blocked, 1000 keys at 1%), `golden-v1-classic.bloom` (Classic, 100
-//!   keys at 1%) and `golden-v1-blocked-k20.bloom` (Blocked sized by bits, k = 20, which
-//!   reaches the in-block remix). They must load, with the same header fields and the same
-//!   answers, in every later version: a failure there means a change broke files users
-//!   already have on disk. Fix the change, not the file.
+//!   keys at 1%), `golden-v1-blocked-k20.bloom` (Blocked sized by bits, k = 20, which
+//!   reaches the in-block remix) and `golden-v1-split-block.bloom` (SplitBlock, layout byte
+//!   2, 1000 keys at 1%). They must load, with the same header fields and the same answers,
+//!   in every later version: a failure there means a change broke files users already have
+//!   on disk. Fix the change, not the file.
 //!
 //! Regenerating them is only right when a golden file is added (for example for a new
 //! format version, keeping the v1 files). The ignored test rewrites every file; afterwards
@@ -43,7 +44,8 @@ const TRAILER_LEN: usize = 4;
 // Helpers
 
 /// Small filters of every shape the format has: Blocked, Classic with `m` not a multiple of
-/// 64 (unused bits in the last word), Classic sized by rate (capacity and target recorded).
+/// 64 (unused bits in the last word), Classic sized by rate (capacity and target recorded),
+/// SplitBlock (layout byte 2, k = 8) sized by rate.
 fn small_filters() -> Vec<(&'static str, BloomFilter)> {
     let blocked = BloomFilter::builder()
         .layout(Layout::Blocked)
@@ -66,7 +68,17 @@ fn small_filters() -> Vec<(&'static str, BloomFilter)> {
         .seed(u128::MAX)
         .build()
         .unwrap();
-    for (i, f) in [&blocked, &classic, &by_rate].into_iter().enumerate() {
+    let split = BloomFilter::builder()
+        .layout(Layout::SplitBlock)
+        .expected_items(40)
+        .false_positive_rate(0.05)
+        .seed(0x5_9117)
+        .build()
+        .unwrap();
+    for (i, f) in [&blocked, &classic, &by_rate, &split]
+        .into_iter()
+        .enumerate()
+    {
         for j in 0..20 {
             f.insert(&format!("small:{i}:{j}"));
         }
@@ -75,6 +87,7 @@ fn small_filters() -> Vec<(&'static str, BloomFilter)> {
         ("blocked", blocked),
         ("classic", classic),
         ("classic-by-rate", by_rate),
+        ("split-block", split),
     ]
 }
 
@@ -451,6 +464,7 @@ fn unknown_kinds_and_layouts_have_their_own_variants() {
 fn inconsistent_headers_are_rejected() {
     let classic = 0u8;
     let blocked = 1u8;
+    let split = 2u8;
     // (why, header, which message) — each header is otherwise valid, with a correct checksum
     // over a body of exactly W words.
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
@@ -461,6 +475,24 @@ fn inconsistent_headers_are_rejected() {
         ("blocked m = 1000", header(blocked, 3, 1000, 16), "512"),
         ("blocked m = 513", header(blocked, 3, 513, 9), "512"),
         ("blocked m = 64", header(blocked, 3, 64, 1), "512"),
+        ("split-block m = 1000", header(split, 8, 1000, 16), "512"),
+        ("split-block m = 64", header(split, 8, 64, 1), "512"),
+        ("split-block k = 0", header(split, 0, 512, 8), "hashes"),
+        (
+            "split-block k = 7",
+            header(split, 7, 512, 8),
+            "split-block layout's 8",
+        ),
+        (
+            "split-block k = 9",
+            header(split, 9, 512, 8),
+            "split-block layout's 8",
+        ),
+        (
+            "split-block k = 64",
+            header(split, 64, 512, 8),
+            "split-block layout's 8",
+        ),
         (
             "m above the maximum",
             header(classic, 3, params::MAX_BITS + 1, 0),
@@ -574,9 +606,10 @@ fn a_huge_claimed_size_with_a_tiny_body_is_truncated_without_allocating_it() {
     let max = params::MAX_BITS; // 2^40 bits: the file would be 128 GiB
     let words = max / 64;
     let needed = 64 + 8 * words + 4;
-    for layout in [0u8, 1] {
+    for layout in [0u8, 1, 2] {
         for body_len in [0usize, 100, 200_003] {
-            let mut bytes = header(layout, 7, max, words);
+            let k = if layout == 2 { 8 } else { 7 };
+            let mut bytes = header(layout, k, max, words);
             bytes.extend((0..body_len).map(|i| i as u8));
             let available = bytes.len() as u64;
             assert_rejects!(
@@ -616,13 +649,19 @@ fn decode_without_panicking(bytes: &[u8]) -> bool {
 
 /// A random, internally consistent header for a small filter.
 fn random_header(rng: &mut StdRng) -> Vec<u8> {
-    let layout = rng.random_range(0..2u8);
-    let bits = if layout == 1 {
-        512 * rng.random_range(1..4u64)
-    } else {
+    let layout = rng.random_range(0..3u8);
+    let bits = if layout == 0 {
         rng.random_range(1..300u64)
+    } else {
+        512 * rng.random_range(1..4u64)
     };
-    let mut h = header(layout, rng.random_range(1..=64), bits, bits.div_ceil(64));
+    // SplitBlock's k is always 8.
+    let hashes = if layout == 2 {
+        8
+    } else {
+        rng.random_range(1..=64)
+    };
+    let mut h = header(layout, hashes, bits, bits.div_ceil(64));
     h[24..40].copy_from_slice(&rng.random::<u128>().to_le_bytes());
     h
 }
@@ -709,7 +748,7 @@ proptest! {
     /// Changed bytes, cut or extended: a different file is never accepted.
     #[test]
     fn mutations_of_a_valid_file_are_rejected(
-        which in 0..3usize,
+        which in 0..4usize,
         changes in vec((any::<prop::sample::Index>(), 1..=255u8), 0..6),
         cut in prop::option::of(any::<prop::sample::Index>()),
         append in vec(any::<u8>(), 0..3),
@@ -774,7 +813,7 @@ impl Golden {
     }
 }
 
-fn golden_specs() -> [Golden; 3] {
+fn golden_specs() -> [Golden; 4] {
     let keys = |prefix: &str, n: usize| (0..n).map(|i| format!("{prefix}:{i}")).collect();
     [
         Golden {
@@ -805,6 +844,17 @@ fn golden_specs() -> [Golden; 3] {
                 hashes: 20,
             },
             keys: keys("golden-k20", 300),
+        },
+        // Layout byte 2: one bit in each 64-bit word of the block, offsets cut from one
+        // multiply of the hash.
+        Golden {
+            file: "golden-v1-split-block.bloom",
+            layout: Layout::SplitBlock,
+            sizing: Sizing::Rate {
+                items: 1000,
+                fpr: 0.01,
+            },
+            keys: keys("golden-split", 1000),
         },
     ]
 }
@@ -898,21 +948,82 @@ fn check_golden(golden: &Golden, num_bits: u64, num_hashes: u32, positives: usiz
 
 #[test]
 fn golden_v1_blocked_still_loads() {
-    let [blocked, _, _] = golden_specs();
+    let [blocked, _, _, _] = golden_specs();
     check_golden(&blocked, 10_240, 7, 6);
     assert_eq!(read_golden(blocked.file).len(), 64 + 10_240 / 8 + 4);
 }
 
 #[test]
 fn golden_v1_classic_still_loads() {
-    let [_, classic, _] = golden_specs();
+    let [_, classic, _, _] = golden_specs();
     check_golden(&classic, 959, 7, 14);
     assert_eq!(read_golden(classic.file).len(), 64 + 15 * 8 + 4);
 }
 
 #[test]
 fn golden_v1_blocked_k20_still_loads() {
-    let [_, _, k20] = golden_specs();
+    let [_, _, k20, _] = golden_specs();
     check_golden(&k20, 4096, 20, 19);
     assert_eq!(read_golden(k20.file).len(), 64 + 4096 / 8 + 4);
+}
+
+#[test]
+fn golden_v1_split_block_still_loads() {
+    let [_, _, _, split] = golden_specs();
+    check_golden(&split, 10_240, 8, 17);
+    let bytes = read_golden(split.file);
+    assert_eq!(bytes.len(), 64 + 10_240 / 8 + 4);
+    assert_eq!(bytes[11], 2, "SplitBlock's layout byte");
+    // Each key's bits, as FORMAT.md places them: one in each of the eight 64-bit words of
+    // one 512-bit block.
+    let f = BloomFilter::from_bytes(&bytes).unwrap();
+    for key in &split.keys {
+        let mut bits = Vec::new();
+        f.for_each_bit(key.as_str(), |bit| bits.push(bit));
+        let block = bits[0] / 512;
+        let words: Vec<u64> = bits.iter().map(|b| b % 512 / 64).collect();
+        assert_eq!(words, (0..8).collect::<Vec<u64>>(), "{key}: {bits:?}");
+        assert!(bits.iter().all(|b| b / 512 == block), "{key}: {bits:?}");
+    }
+}
+
+/// SplitBlock's k is fixed: a header with layout byte 2 and any other k is refused for what
+/// it is (the checksum re-computed, so that the header is the file's only defect), and so is
+/// a Blocked file relabelled as SplitBlock. A Blocked k = 8 file relabelled is a different
+/// but valid SplitBlock filter (the format cannot tell).
+#[test]
+fn a_split_block_header_with_k_other_than_8_is_inconsistent() {
+    let (_, f) = small_filters().pop().unwrap();
+    assert_eq!((f.layout(), f.num_hashes()), (Layout::SplitBlock, 8));
+    for k in [7u32, 1, 9, 64] {
+        let mut bytes = f.to_bytes();
+        put_u32(&mut bytes, 12, k);
+        fix_crc(&mut bytes);
+        assert_rejects!(
+            bytes,
+            DecodeError::Inconsistent(m) if m.contains("split-block layout's 8"),
+            "layout 2, k = {k}"
+        );
+    }
+    let (_, blocked) = small_filters().remove(0);
+    assert_eq!(
+        (blocked.layout(), blocked.num_hashes()),
+        (Layout::Blocked, 5)
+    );
+    let mut bytes = blocked.to_bytes();
+    bytes[11] = 2;
+    fix_crc(&mut bytes);
+    assert_rejects!(
+        bytes,
+        DecodeError::Inconsistent(m) if m.contains("split-block layout's 8"),
+        "a Blocked k = 5 file relabelled as SplitBlock"
+    );
+    let mut bytes = f.to_bytes();
+    bytes[11] = 1;
+    fix_crc(&mut bytes);
+    let relabelled = BloomFilter::from_bytes(&bytes).unwrap();
+    assert_eq!(
+        (relabelled.layout(), relabelled.num_hashes()),
+        (Layout::Blocked, 8)
+    );
 }

@@ -4,7 +4,8 @@
 //! Under `--cfg loom` the crate's atomics are loom's (src/sync.rs), so these run the real
 //! `BloomFilter` code. Tiny filters keep the state space small: Classic with `m = 64` puts
 //! every probe in one word (the most contended case), Blocked with `m = 512` is one cache
-//! line of eight words.
+//! line of eight words, and SplitBlock with `m = 512` ORs one bit into each of those eight
+//! words (k = 8: every insert touches every word).
 //!
 //! ```sh
 //! RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p bloom-core --release --test loom
@@ -21,22 +22,37 @@ use loom::thread;
 
 /// Runs `f` under loom with the default preemption bound of this file.
 fn model(f: impl Fn() + Sync + Send + 'static) {
+    model_bounded(3, f);
+}
+
+/// Runs `f` under loom with at most `bound` preemptions unless `LOOM_MAX_PREEMPTIONS` says
+/// otherwise.
+fn model_bounded(bound: usize, f: impl Fn() + Sync + Send + 'static) {
     let mut builder = loom::model::Builder::new();
     if builder.preemption_bound.is_none() {
-        builder.preemption_bound = Some(3);
+        builder.preemption_bound = Some(bound);
     }
     builder.check(f);
 }
 
+/// The preemption bound for `layout`: SplitBlock's insert ORs into all eight words of the
+/// block (Blocked's k = 3 into at most three), and with three threads a bound of 3 runs for
+/// many minutes; 2 keeps it to a few minutes at most (`seen_stays_seen_split_block`: ~140 s on
+/// two cores, the others seconds).
+fn bound(layout: Layout) -> usize {
+    if layout == Layout::SplitBlock { 2 } else { 3 }
+}
+
 fn tiny(layout: Layout) -> BloomFilter {
-    let bits = match layout {
-        Layout::Classic => 64,
-        Layout::Blocked => 512,
+    let (bits, hashes) = match layout {
+        Layout::Classic => (64, 3),
+        Layout::SplitBlock => (512, 8),
+        _ => (512, 3),
     };
     BloomFilter::builder()
         .layout(layout)
         .bits(bits)
-        .hashes(3)
+        .hashes(hashes)
         .seed(1)
         .build()
         .unwrap()
@@ -45,7 +61,7 @@ fn tiny(layout: Layout) -> BloomFilter {
 /// Two threads insert different keys while a third looks one of them up twice: the lookups
 /// never go from found to not found, and after the joins both keys are found.
 fn two_inserters_and_a_checker(layout: Layout) {
-    model(move || {
+    model_bounded(bound(layout), move || {
         let filter = Arc::new(tiny(layout));
         let a = {
             let f = filter.clone();
@@ -80,9 +96,14 @@ fn two_inserters_and_a_checker_blocked() {
     two_inserters_and_a_checker(Layout::Blocked);
 }
 
+#[test]
+fn two_inserters_and_a_checker_split_block() {
+    two_inserters_and_a_checker(Layout::SplitBlock);
+}
+
 /// An observer that has seen another thread's key keeps seeing it, through both lookups.
 fn seen_stays_seen(layout: Layout) {
-    model(move || {
+    model_bounded(bound(layout), move || {
         let filter = Arc::new(tiny(layout));
         let writer = {
             let f = filter.clone();
@@ -119,6 +140,11 @@ fn seen_stays_seen_blocked() {
     seen_stays_seen(Layout::Blocked);
 }
 
+#[test]
+fn seen_stays_seen_split_block() {
+    seen_stays_seen(Layout::SplitBlock);
+}
+
 /// Two threads insert the same new key at once: exactly the set of bits is OR-ed in, and at
 /// least one of them is told the key is new (the first read-modify-write of each bit sees it
 /// clear), so counting `true` returns never misses a distinct key.
@@ -151,6 +177,11 @@ fn same_key_at_once_classic() {
 #[test]
 fn same_key_at_once_blocked() {
     same_key_at_once(Layout::Blocked);
+}
+
+#[test]
+fn same_key_at_once_split_block() {
+    same_key_at_once(Layout::SplitBlock);
 }
 
 /// `union` racing with an insert into the same filter: after the joins the filter has both

@@ -1,8 +1,8 @@
 //! No false negatives, ever: a key that was inserted is found by every later `contains`.
 //!
-//! Property tests over random key sets, for both layouts, every built-in key type and a
+//! Property tests over random key sets, for every layout, every built-in key type and a
 //! user-defined one, and small and odd filter sizes (down to a single bit, `k` up to 64 so the
-//! Blocked in-block remix path past the seventh probe is taken). The property is checked after
+//! Blocked in-block remix path past the seventh probe is taken; SplitBlock always has k = 8). The property is checked after
 //! `insert`, through `insert_many`/`contains_many`, after `union`/`intersect`, after a
 //! `to_bytes`/`from_bytes` and a `write_to`/`read_from` round trip, and on a clone.
 //!
@@ -11,6 +11,7 @@
 
 use std::fmt::Debug;
 
+use bloom_core::params::SPLIT_HASHES;
 use bloom_core::{BloomFilter, Key, Layout};
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -18,12 +19,19 @@ use proptest::test_runner::RngSeed;
 
 fn config() -> ProptestConfig {
     ProptestConfig {
-        cases: 256,
+        cases: 384, // 128 per layout on average
         rng_seed: RngSeed::Fixed(0x0b10_0f11_7e25),
         // Fixed seed: a failure reproduces without a regressions file in the source tree.
         failure_persistence: None,
         ..ProptestConfig::default()
     }
+}
+
+/// Every layout the crate has.
+const LAYOUTS: [Layout; 3] = [Layout::Blocked, Layout::Classic, Layout::SplitBlock];
+
+fn any_layout() -> impl Strategy<Value = Layout> {
+    prop::sample::select(&LAYOUTS[..])
 }
 
 /// How a filter is sized.
@@ -33,6 +41,19 @@ enum Size {
     Explicit { bits: u64, hashes: u32 },
     /// `.expected_items(n).false_positive_rate(p)`.
     Rate { items: u64, fpr: f64 },
+}
+
+impl Size {
+    /// This size for `layout`: SplitBlock takes no other k than 8.
+    fn for_layout(self, layout: Layout) -> Self {
+        match self {
+            Size::Explicit { bits, .. } if layout == Layout::SplitBlock => Size::Explicit {
+                bits,
+                hashes: SPLIT_HASHES,
+            },
+            other => other,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -56,7 +77,6 @@ impl Setup {
 }
 
 fn setup() -> impl Strategy<Value = Setup> {
-    let layout = prop_oneof![Just(Layout::Blocked), Just(Layout::Classic)];
     let size = prop_oneof![
         // Small and odd sizes (1 bit, 63, 65, 513 …); k ≤ 20 crosses the in-block remix at 7
         // and 14 probes.
@@ -69,7 +89,11 @@ fn setup() -> impl Strategy<Value = Setup> {
         2 => (1u64..=500, prop_oneof![Just(0.5), Just(1e-6), 0.0001f64..0.5])
             .prop_map(|(items, fpr)| Size::Rate { items, fpr }),
     ];
-    (layout, size, any::<u128>()).prop_map(|(layout, size, seed)| Setup { layout, size, seed })
+    (any_layout(), size, any::<u128>()).prop_map(|(layout, size, seed)| Setup {
+        layout,
+        size: size.for_layout(layout),
+        seed,
+    })
 }
 
 /// Short strings of any chars (cheaper to generate than `any::<String>()`'s regex).
@@ -324,13 +348,14 @@ proptest! {
     /// never reports a new key.
     #[test]
     fn saturated_filters_keep_every_key(
-        layout in prop_oneof![Just(Layout::Blocked), Just(Layout::Classic)],
+        layout in any_layout(),
         bits in 1u64..=600,
         hashes in 1u32..=20,
         seed in any::<u128>(),
         keys in vec(any::<u64>(), 500..1500),
     ) {
-        let setup = Setup { layout, size: Size::Explicit { bits, hashes }, seed };
+        let size = Size::Explicit { bits, hashes }.for_layout(layout);
+        let setup = Setup { layout, size, seed };
         let refs: Vec<&u64> = keys.iter().collect();
         check(&setup, &refs)?;
     }
@@ -342,9 +367,13 @@ proptest! {
 fn boundary_sizes_have_no_false_negatives() {
     let keys: Vec<String> = (0..300).map(|i| format!("key:{i}")).collect();
     let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-    for layout in [Layout::Blocked, Layout::Classic] {
+    for layout in LAYOUTS {
         for bits in [1, 2, 63, 64, 65, 511, 512, 513, 1023, 1024, 1025, 4096] {
-            for hashes in [1, 2, 6, 7, 8, 13, 14, 15, 20, 21, 63, 64] {
+            let hashes: &[u32] = match layout {
+                Layout::SplitBlock => &[SPLIT_HASHES],
+                _ => &[1, 2, 6, 7, 8, 13, 14, 15, 20, 21, 63, 64],
+            };
+            for &hashes in hashes {
                 let setup = Setup {
                     layout,
                     size: Size::Explicit { bits, hashes },
@@ -356,7 +385,8 @@ fn boundary_sizes_have_no_false_negatives() {
     }
 }
 
-/// Blocked filters round the size up to whole 512-bit blocks; Classic keeps it exactly.
+/// Blocked and SplitBlock filters round the size up to whole 512-bit blocks; Classic keeps it
+/// exactly.
 #[test]
 fn explicit_sizes_are_kept_or_rounded_to_blocks() {
     for bits in [1u64, 63, 512, 513, 1000] {
@@ -377,5 +407,13 @@ fn explicit_sizes_are_kept_or_rounded_to_blocks() {
             .unwrap();
         assert_eq!(classic.num_bits(), bits);
         assert_eq!(classic.num_hashes(), 3);
+        let split = BloomFilter::builder()
+            .layout(Layout::SplitBlock)
+            .bits(bits)
+            .seed(1)
+            .build()
+            .unwrap();
+        assert_eq!(split.num_bits(), bits.div_ceil(512) * 512);
+        assert_eq!(split.num_hashes(), 8);
     }
 }

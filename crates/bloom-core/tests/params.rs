@@ -1,10 +1,10 @@
-//! Sizing: `params::optimal` against values computed independently, the Blocked sizing's
-//! guarantees, and every invalid parameter giving the right `BuildError` (never a panic) with
-//! a message that says what to change.
+//! Sizing: `params::optimal` against values computed independently, the Blocked and
+//! SplitBlock sizings' guarantees, and every invalid parameter giving the right `BuildError`
+//! (never a panic) with a message that says what to change.
 
 use std::f64::consts::LN_2;
 
-use bloom_core::params::{self, MAX_BITS, MAX_HASHES, Params};
+use bloom_core::params::{self, MAX_BITS, MAX_HASHES, Params, SPLIT_HASHES};
 use bloom_core::{BloomFilter, BuildError, Layout};
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
@@ -330,6 +330,192 @@ fn explicit_bits_with_expected_items_derive_the_best_k() {
 }
 
 // ---------------------------------------------------------------------------------------
+// SplitBlock sizing
+
+/// The SplitBlock FPR written out plainly (not with the crate's log-space Poisson terms): a
+/// block that received `i` keys has `i` uniformly placed bits in each of its eight 64-bit
+/// words, so a new key's bit in a word is set with probability `1 − (63/64)^i`, independently
+/// per word; the block's load `i` is Poisson(λ = 512·n/m).
+fn split_block_fpr_reference(bits: u64, n: f64) -> f64 {
+    let lambda = n * 512.0 / bits as f64;
+    assert!(lambda < 600.0, "reference only for moderate loads");
+    let mut pmf = (-lambda).exp();
+    let mut sum = 0.0;
+    for i in 0..2_000 {
+        if i > 0 {
+            pmf *= lambda / f64::from(i);
+        }
+        sum += pmf * (1.0 - (63.0f64 / 64.0).powi(i)).powi(8);
+    }
+    sum
+}
+
+#[test]
+fn expected_fpr_for_split_block_is_the_closed_form() {
+    for (bits, n) in [
+        (10_240u64, 1_000.0),
+        (5_120, 1_000.0),
+        (95_744, 10_000.0),
+        (1 << 20, 100_000.0),
+        (512, 10.0),
+        (512, 200.0),
+        (51_200, 100.0),
+    ] {
+        let got = params::expected_fpr(Layout::SplitBlock, bits, SPLIT_HASHES, n);
+        let want = split_block_fpr_reference(bits, n);
+        assert!(
+            (got - want).abs() <= 1e-9 * want,
+            "SplitBlock m={bits} n={n}: {got} vs {want}"
+        );
+        // The layout fixes k: another `hashes` cannot describe one of its filters.
+        assert_eq!(params::expected_fpr(Layout::SplitBlock, bits, 3, n), got);
+    }
+    assert_eq!(params::expected_fpr(Layout::SplitBlock, 512, 8, 0.0), 0.0);
+    assert!(params::expected_fpr(Layout::SplitBlock, 512, 8, 1e6) > 0.999_999);
+}
+
+#[test]
+fn split_block_sizing_is_the_smallest_whole_number_of_blocks_that_meets_p() {
+    for n in [1u64, 10, 1_000, 10_000, 100_000, 1_000_000] {
+        for p in [0.5, 0.1, 0.05, 0.01, 0.001, 0.0001, 1e-6] {
+            let got = params::optimal_split_block(n, p).unwrap();
+            let m = got.bits;
+            let what = format!("optimal_split_block({n}, {p}) = {got:?}");
+            assert_eq!(got.hashes, SPLIT_HASHES, "{what}");
+            assert_eq!(SPLIT_HASHES, 8);
+            assert_eq!(m % 512, 0, "{what}");
+            let fpr = params::expected_fpr(Layout::SplitBlock, m, 8, n as f64);
+            assert!(fpr <= p, "{what}: {fpr}");
+            if m <= 1 << 26 {
+                assert!((fpr - split_block_fpr_reference(m, n as f64)).abs() <= 1e-9 * fpr);
+            }
+            // One block fewer misses p.
+            if m > 512 {
+                let fewer = params::expected_fpr(Layout::SplitBlock, m - 512, 8, n as f64);
+                assert!(fewer > p, "{what}: one block fewer gives {fewer}");
+            }
+            // The same through for_layout and the builder.
+            assert_eq!(params::for_layout(Layout::SplitBlock, n, p).unwrap(), got);
+            if m <= 1 << 24 {
+                let f = BloomFilter::builder()
+                    .layout(Layout::SplitBlock)
+                    .expected_items(n)
+                    .false_positive_rate(p)
+                    .seed(5)
+                    .build()
+                    .unwrap();
+                assert_eq!(f.layout(), Layout::SplitBlock);
+                assert_eq!((f.num_bits(), f.num_hashes()), (m, 8), "{what}");
+                assert_eq!((f.capacity(), f.target_fpr()), (Some(n), Some(p)));
+            }
+        }
+    }
+}
+
+/// What one bit per word costs against Blocked (whose k and in-block offsets are free), at
+/// n = 1,000,000 (bits per item; n = 10,000 is within 0.05 of these):
+///
+/// | p     | SplitBlock | Blocked | ratio |
+/// |-------|------------|---------|-------|
+/// | 10%   | 5.88       | 4.84    | 1.216 |
+/// | 1%    | 10.10      | 9.92    | 1.018 |
+/// | 0.1%  | 15.73      | 15.55   | 1.012 |
+/// | 0.01% | 23.61      | 22.03   | 1.072 |
+#[test]
+fn split_block_costs_at_most_5_percent_more_bits_than_blocked_at_1_and_0_1_percent() {
+    for n in [10_000u64, 1_000_000] {
+        let ratio = |p: f64| {
+            let split = params::optimal_split_block(n, p).unwrap().bits as f64;
+            let blocked = params::optimal_blocked(n, p).unwrap().bits as f64;
+            println!(
+                "n={n} p={p}: SplitBlock {:.2} bits/item, Blocked {:.2}, ratio {:.3}",
+                split / n as f64,
+                blocked / n as f64,
+                split / blocked
+            );
+            split / blocked
+        };
+        for p in [1e-2, 1e-3] {
+            let r = ratio(p);
+            assert!((1.0..=1.05).contains(&r), "n={n} p={p}: ratio {r}");
+        }
+        // At 10% the fixed k = 8 is far from Blocked's best (k = 3 or 4): much more.
+        let r = ratio(0.1);
+        assert!(r > 1.15, "n={n} p=0.1: ratio {r}");
+        let r = ratio(1e-4);
+        assert!(r > 1.05, "n={n} p=1e-4: ratio {r}");
+    }
+}
+
+#[test]
+fn split_block_filters_fix_k_at_8() {
+    let b = || {
+        BloomFilter::builder()
+            .layout(Layout::SplitBlock)
+            .bits(4096)
+            .seed(1)
+    };
+    for k in [1u32, 7, 9, 64, 65, u32::MAX] {
+        let e = build(b().hashes(k)).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                BuildError::HashesFixedByLayout { layout: Layout::SplitBlock, hashes, fixed: 8 }
+                    if hashes == k
+            ),
+            "k = {k}: {e:?}"
+        );
+        let m = message(&e);
+        assert!(
+            m.contains("split-block") && m.contains(&k.to_string()) && m.contains("exactly 8"),
+            "{m}"
+        );
+        // Also with the (n, p) sizing, which would otherwise take the given k.
+        let e = build(
+            BloomFilter::builder()
+                .layout(Layout::SplitBlock)
+                .expected_items(1_000)
+                .false_positive_rate(0.01)
+                .hashes(k)
+                .seed(1),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(e, BuildError::HashesFixedByLayout { .. }),
+            "k = {k}: {e:?}"
+        );
+    }
+    // k = 0 is still ZeroHashes.
+    let e = build(b().hashes(0)).unwrap_err();
+    assert!(matches!(e, BuildError::ZeroHashes), "{e:?}");
+    // k = 8 explicitly, or not at all: the layout knows it.
+    for f in [
+        build(b().hashes(8)).unwrap(),
+        build(b()).unwrap(),
+        build(b().expected_items(300)).unwrap(),
+    ] {
+        assert_eq!(
+            (f.layout(), f.num_bits(), f.num_hashes()),
+            (Layout::SplitBlock, 4096, 8)
+        );
+        assert!(f.insert("k") && f.contains("k"));
+    }
+    // The bits are rounded up to whole blocks, like Blocked.
+    for (m, rounded) in [(1u64, 512u64), (512, 512), (513, 1024), (1000, 1024)] {
+        let f = build(b().bits(m)).unwrap();
+        assert_eq!(f.num_bits(), rounded, "m = {m}");
+    }
+    // Other layouts still need k with explicit bits.
+    for layout in [Layout::Blocked, Layout::Classic] {
+        let e = build(BloomFilter::builder().layout(layout).bits(4096).seed(1)).unwrap_err();
+        assert!(matches!(e, BuildError::MissingHashes), "{layout:?}: {e:?}");
+    }
+    // And 8 is just another k for them.
+    let f = build(BloomFilter::builder().bits(4096).hashes(8).seed(1)).unwrap();
+    assert_eq!((f.layout(), f.num_hashes()), (Layout::Blocked, 8));
+}
+
+// ---------------------------------------------------------------------------------------
 // Errors
 
 fn message(e: &BuildError) -> String {
@@ -354,6 +540,7 @@ fn invalid_rates_are_errors() {
         let results = [
             params::optimal(1_000, p),
             params::optimal_blocked(1_000, p),
+            params::optimal_split_block(1_000, p),
             params::for_layout(Layout::Classic, 1_000, p),
         ];
         for r in results {
@@ -367,7 +554,7 @@ fn invalid_rates_are_errors() {
                 other => panic!("p = {p}: {other:?}"),
             }
         }
-        for layout in [Layout::Blocked, Layout::Classic] {
+        for layout in [Layout::Blocked, Layout::Classic, Layout::SplitBlock] {
             let r = BloomFilter::builder()
                 .layout(layout)
                 .expected_items(1_000)
@@ -394,7 +581,13 @@ fn invalid_rates_are_errors() {
     ));
     for p in [1e-12, 0.5, 0.999] {
         assert!(params::optimal_blocked(10, p).is_ok(), "{p}");
+        assert!(params::optimal_split_block(10, p).is_ok(), "{p}");
     }
+    // SplitBlock's k is fixed at 8: a rate for which Classic would want more than 64 hashes
+    // only needs more bits (about 1.8e8 per item at 1e-20), not an impossible k.
+    let tiny = params::optimal_split_block(1_000, 1e-20).unwrap();
+    assert_eq!(tiny.hashes, 8);
+    assert!(params::expected_fpr(Layout::SplitBlock, tiny.bits, 8, 1_000.0) <= 1e-20);
 }
 
 #[test]
@@ -402,6 +595,7 @@ fn zero_items_is_an_error() {
     let checks = [
         params::optimal(0, 0.01),
         params::optimal_blocked(0, 0.01),
+        params::optimal_split_block(0, 0.01),
         BloomFilter::new(0, 0.01).map(|_| Params { bits: 0, hashes: 0 }),
         BloomFilter::builder()
             .layout(Layout::Classic)
@@ -484,10 +678,16 @@ fn too_large_is_an_error() {
         (200_000_000_000, 0.01),
         (1_000, 1e-300),
     ] {
-        for r in [params::optimal(n, p), params::optimal_blocked(n, p)] {
+        for (r, layout) in [
+            (params::optimal(n, p), Layout::Classic),
+            (params::optimal_blocked(n, p), Layout::Blocked),
+            (params::optimal_split_block(n, p), Layout::SplitBlock),
+        ] {
             match r {
-                // 1e-300 needs ~1000 hashes per key before it needs too many bits.
-                Err(BuildError::TooManyHashes { .. }) if n == 1_000 => {}
+                // 1e-300 needs ~1000 hashes per key before it needs too many bits (except in
+                // SplitBlock, whose k is fixed: there it is too many bits).
+                Err(BuildError::TooManyHashes { .. })
+                    if n == 1_000 && layout != Layout::SplitBlock => {}
                 Err(e @ BuildError::TooLarge { max, .. }) => {
                     assert_eq!(max, MAX_BITS);
                     let m = message(&e);
@@ -497,7 +697,7 @@ fn too_large_is_an_error() {
                         "{m}"
                     );
                 }
-                other => panic!("({n}, {p}): {other:?}"),
+                other => panic!("{layout:?} ({n}, {p}): {other:?}"),
             }
         }
         let r = BloomFilter::builder()
@@ -509,6 +709,13 @@ fn too_large_is_an_error() {
         if n != 1_000 {
             assert!(matches!(r, Err(BuildError::TooLarge { .. })), "{r:?}");
         }
+        let r = BloomFilter::builder()
+            .layout(Layout::SplitBlock)
+            .expected_items(n)
+            .false_positive_rate(p)
+            .seed(1)
+            .build();
+        assert!(matches!(r, Err(BuildError::TooLarge { .. })), "{r:?}");
     }
     // Just under the maximum is fine (not built: that would be 120 GiB).
     let near = params::optimal(100_000_000_000, 0.01).unwrap();
@@ -646,11 +853,26 @@ proptest! {
         }
     }
 
+    /// SplitBlock sizing: Ok or an error for any input, and an Ok size meets p.
+    #[test]
+    fn optimal_split_block_never_panics(
+        n in prop_oneof![any::<u64>(), 0..1_000_000u64],
+        p in any_rate(),
+    ) {
+        let r = params::optimal_split_block(n, p);
+        valid_params(&r)?;
+        if let Ok(got) = r {
+            prop_assert_eq!(got.bits % 512, 0);
+            prop_assert_eq!(got.hashes, 8);
+            prop_assert!(params::expected_fpr(Layout::SplitBlock, got.bits, 8, n as f64) <= p);
+        }
+    }
+
     /// Any combination of builder settings: Ok or an error, never a panic. Sizes are kept
     /// small enough that an Ok filter is cheap to allocate.
     #[test]
     fn the_builder_never_panics(
-        layout in prop_oneof![Just(Layout::Blocked), Just(Layout::Classic)],
+        layout in prop_oneof![Just(Layout::Blocked), Just(Layout::Classic), Just(Layout::SplitBlock)],
         items in prop::option::of(prop_oneof![Just(0u64), 1..20_000u64]),
         rate in prop::option::of(any_rate()),
         bits in prop::option::of(prop_oneof![
@@ -676,8 +898,11 @@ proptest! {
             Ok(f) => {
                 prop_assert!(f.num_bits() >= 1 && f.num_bits() <= 2_000_000);
                 prop_assert!((1..=MAX_HASHES).contains(&f.num_hashes()));
-                if layout == Layout::Blocked {
+                if layout != Layout::Classic {
                     prop_assert_eq!(f.num_bits() % 512, 0);
+                }
+                if layout == Layout::SplitBlock {
+                    prop_assert_eq!(f.num_hashes(), 8);
                 }
                 if let Some(s) = seed { prop_assert_eq!(f.seed(), s); }
                 prop_assert!(f.insert("k") && f.contains("k"));

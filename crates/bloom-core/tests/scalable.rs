@@ -3,6 +3,8 @@
 
 use bloom_core::{BuildError, DecodeError, Layout, ScalableBloomFilter};
 
+const LAYOUTS: [Layout; 3] = [Layout::Blocked, Layout::Classic, Layout::SplitBlock];
+
 fn scalable(n0: u64, p: f64, layout: Layout, seed: u128) -> ScalableBloomFilter {
     ScalableBloomFilter::builder(n0, p)
         .layout(layout)
@@ -14,7 +16,7 @@ fn scalable(n0: u64, p: f64, layout: Layout, seed: u128) -> ScalableBloomFilter 
 #[test]
 fn a_hundred_times_the_initial_capacity_keeps_every_key_and_the_rate() {
     let (n0, p) = (10_000u64, 0.01);
-    for layout in [Layout::Blocked, Layout::Classic] {
+    for layout in LAYOUTS {
         let f = scalable(n0, p, layout, 42);
         for k in 0..100 * n0 {
             f.insert(&k);
@@ -47,6 +49,10 @@ fn a_hundred_times_the_initial_capacity_keeps_every_key_and_the_rate() {
         );
         let stats = f.stage_stats();
         assert_eq!(stats.iter().map(|s| s.items).sum::<u64>(), f.len());
+        assert_eq!(f.layout(), layout);
+        if layout == Layout::SplitBlock {
+            assert!(stats.iter().all(|s| s.num_hashes == 8), "{stats:?}");
+        }
         for (i, s) in stats.iter().enumerate() {
             assert_eq!(s.capacity, n0 << i);
             assert!((s.target_fpr - p * 0.5 * 0.5f64.powi(i as i32)).abs() < 1e-15);
@@ -251,7 +257,7 @@ fn inconsistent(result: Result<ScalableBloomFilter, DecodeError>, what: &str) ->
 
 #[test]
 fn the_edited_files_are_valid_before_the_edit() {
-    for layout in [Layout::Blocked, Layout::Classic] {
+    for layout in LAYOUTS {
         let bytes = three_stage_file(layout);
         let stages = stage_fields(&bytes);
         for (i, s) in stages.iter().enumerate() {
@@ -263,13 +269,15 @@ fn the_edited_files_are_valid_before_the_edit() {
         // Re-writing an unchanged count and re-sealing gives the same, loadable file.
         let same = with_items(&bytes, 1, stages[1].items);
         assert_eq!(same, bytes);
-        ScalableBloomFilter::from_bytes(&same).unwrap();
+        let f = ScalableBloomFilter::from_bytes(&same).unwrap();
+        assert_eq!(f.layout(), layout);
+        assert!((0..400u64).all(|k| f.contains(&k)), "{layout:?}");
     }
 }
 
 #[test]
 fn a_stage_below_its_capacity_followed_by_another_is_inconsistent() {
-    for layout in [Layout::Blocked, Layout::Classic] {
+    for layout in LAYOUTS {
         let bytes = three_stage_file(layout);
         let stages = stage_fields(&bytes);
         for sealed in [0, 1] {
@@ -298,7 +306,7 @@ fn a_stage_below_its_capacity_followed_by_another_is_inconsistent() {
 
 #[test]
 fn a_stage_counting_more_keys_than_bits_is_inconsistent_and_never_panics() {
-    for layout in [Layout::Blocked, Layout::Classic] {
+    for layout in LAYOUTS {
         let bytes = three_stage_file(layout);
         let stages = stage_fields(&bytes);
         for (i, s) in stages.iter().enumerate() {

@@ -547,3 +547,58 @@ async fn a_local_reload_from_rebuilds_the_whole_fleet() {
         "B's filter was swapped once: by the switch to A's generation"
     );
 }
+
+/// A SplitBlock filter (k = 8, one bit in each word of a block) syncs like a Blocked one: an
+/// insert reaches the other instance bit for bit, and Redis records the layout, so a Blocked
+/// filter of the same m, k and hash key is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_split_block_filter_syncs_and_refuses_another_layout() {
+    let Some(server) = common::start() else {
+        return;
+    };
+    let url = server.url();
+    let split = || {
+        SharedFilter::new(
+            BloomFilter::builder()
+                .bits(BITS)
+                .layout(Layout::SplitBlock)
+                .seed(SEED)
+                .build()
+                .unwrap(),
+        )
+    };
+    let join_split = || async {
+        RedisSync::builder(&url)
+            .prefix("split")
+            .reconcile_every(Duration::from_secs(600))
+            .connect(&split())
+            .await
+            .expect("join")
+    };
+    let (a, b) = (join_split().await, join_split().await);
+    assert_eq!(a.filter().current().layout(), Layout::SplitBlock);
+    // Let the subscribers subscribe.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let inserted = keys("split", 200);
+    for key in &inserted {
+        assert!(!b.filter().current().contains(key));
+        a.filter().insert(key);
+        eventually("B sees A's insert", || b.filter().current().contains(key)).await;
+    }
+    assert!(
+        plain_words(&b).eq(plain_words(&a)),
+        "B holds other bits than A"
+    );
+
+    let e = RedisSync::builder(&url)
+        .prefix("split")
+        .connect(&filter(BITS, 8, SEED))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::ParameterMismatch { .. }), "{e}");
+    let message = e.to_string();
+    assert!(
+        message.contains("layout differs (this instance blocked, Redis split-block)"),
+        "{message}"
+    );
+}
