@@ -148,18 +148,15 @@ impl BloomFilter {
     /// ```
     #[inline]
     pub fn contains<K: Key + ?Sized>(&self, key: &K) -> bool {
-        // Blocked and SplitBlock hand the probe a closure that hashes the key and finds its
-        // block, so that a SIMD probe compiles them into its own function (one call per
-        // lookup, no register spills around it). Measured in `contains_hit/u64/…`.
+        // SplitBlock hands the probe a closure that hashes the key and finds its block, so
+        // that the AVX2 probe compiles them into its own function: one call per lookup and no
+        // spills around it, 4% faster than hashing first (`contains_hit/u64/{300k,1M}`,
+        // alternated runs). Blocked measured 2–3% slower that way, so it hashes first.
         match self.layout {
-            Layout::Blocked => self.probe.contains_located(
-                #[inline(always)]
-                || {
-                    let (block, h) = self.locate(key);
-                    (block, h.h2())
-                },
-                self.num_hashes,
-            ),
+            Layout::Blocked => {
+                let (block, h) = self.locate(key);
+                self.probe.contains(block, h.h2(), self.num_hashes)
+            }
             Layout::SplitBlock => self.probe.contains_split_located(
                 #[inline(always)]
                 || {

@@ -62,27 +62,6 @@ impl Probe {
         self.0 != Kind::Scalar
     }
 
-    /// A whole Blocked lookup: `locate` hashes the key and returns its block and `h2`, then
-    /// the `k` bits are tested. With a SIMD path, `locate` is inlined into the SIMD function
-    /// (see [`contains_split_located`](Self::contains_split_located)).
-    #[inline(always)]
-    pub(crate) fn contains_located<'a>(
-        self,
-        locate: impl FnOnce() -> (&'a Line, u64),
-        k: u32,
-    ) -> bool {
-        match self.0 {
-            Kind::Scalar => {
-                let (block, h2) = locate();
-                contains_scalar(block, h2, k)
-            }
-            #[cfg(all(target_arch = "x86_64", not(loom)))]
-            #[allow(unsafe_code)]
-            // SAFETY: as in `contains`: `Kind::Avx2` means this CPU has AVX2.
-            Kind::Avx2 => unsafe { x86::contains_located_avx2(locate, k) },
-        }
-    }
-
     /// Whether every one of the `k` in-block bits that `h2` names is set in `block`.
     #[inline(always)]
     pub(crate) fn contains(self, block: &Line, h2: u64, k: u32) -> bool {
@@ -210,7 +189,6 @@ mod x86 {
     ///
     /// The CPU must support AVX2. Nothing else: the function reads only the 64 bytes of
     /// `block`.
-    #[inline]
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn contains_avx2(block: &Line, h2: u64, k: u32) -> bool {
         // SAFETY: `load_line` and `group` need AVX2, which this function is only called with.
@@ -260,22 +238,6 @@ mod x86 {
             );
             _mm256_testz_si256(clear, clear) == 1
         }
-    }
-
-    /// [`contains_avx2`] of what `locate` returns, `locate` compiled inside.
-    ///
-    /// # Safety
-    ///
-    /// The CPU must support AVX2.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn contains_located_avx2<'a>(
-        locate: impl FnOnce() -> (&'a Line, u64),
-        k: u32,
-    ) -> bool {
-        let (block, h2) = locate();
-        // SAFETY: AVX2, the caller's guarantee.
-        unsafe { contains_avx2(block, h2, k) }
     }
 
     /// [`contains_split_avx2`] of what `locate` returns, `locate` compiled inside.
