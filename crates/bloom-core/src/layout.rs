@@ -25,7 +25,7 @@ pub enum Layout {
     /// eight 64-bit words (`k` is always [`SPLIT_HASHES`](crate::params::SPLIT_HASHES)): the
     /// eight offsets come from one multiply of the hash and are tested in a few vector
     /// instructions, the fastest lookup here. Costs about 2% more bits than Blocked at
-    /// 1%–0.1%, 8% at 0.01% and 22% at 10%
+    /// 1%–0.1%, 7% at 0.01% and 22% at 10%
     /// ([`params::optimal_split_block`](crate::params::optimal_split_block)).
     SplitBlock,
 }
