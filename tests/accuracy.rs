@@ -84,60 +84,54 @@ fn filter_sigma(layout: Layout, m: u64, k: u32, n: u64) -> f64 {
             kf * (1.0 - e).powf(kf - 1.0) * var_clear.sqrt() / m
         }
         Layout::Blocked => {
-            let blocks = m / 512.0;
-            let lambda = n / blocks;
-            let keep = (1.0 - 1.0 / 512.0f64).powf(kf);
             let b = 512.0f64;
-            let (mut eg, mut eg2, mut egl, mut within) = (0.0, 0.0, 0.0, 0.0);
-            let last = (lambda + 12.0 * lambda.sqrt() + 24.0).ceil() as u64;
-            let mut ln_pmf = -lambda;
-            for i in 0..=last {
-                if i > 0 {
-                    ln_pmf += lambda.ln() - (i as f64).ln();
-                }
-                let w = ln_pmf.exp();
-                let q1 = keep.powf(i as f64);
-                let q2 = (1.0 - 2.0 / b).powf(kf * i as f64);
-                let g = (1.0 - q1).powf(kf);
-                eg += w * g;
-                eg2 += w * g * g;
-                egl += w * g * i as f64;
+            let keep = (1.0 - 1.0 / b).powf(kf);
+            block_load_sigma(m / b, n, |i| {
+                let q1 = keep.powf(i);
+                let q2 = (1.0 - 2.0 / b).powf(kf * i);
                 let var_clear = (b * q1 + b * (b - 1.0) * q2 - b * b * q1 * q1).max(0.0);
-                within += w * (kf * (1.0 - q1).powf(kf - 1.0)).powi(2) * var_clear / (b * b);
-            }
-            let var_g = eg2 - eg * eg;
-            let cov = egl - eg * lambda;
-            (((var_g - cov * cov / lambda).max(0.0) + within) / blocks).sqrt()
+                let rate = (1.0 - q1).powf(kf);
+                let within = (kf * (1.0 - q1).powf(kf - 1.0)).powi(2) * var_clear / (b * b);
+                (rate, within)
+            })
         }
         Layout::SplitBlock => {
-            let blocks = m / 512.0;
-            let lambda = n / blocks;
             let w = 64.0f64;
-            let (mut eg, mut eg2, mut egl, mut within) = (0.0, 0.0, 0.0, 0.0);
-            let last = (lambda + 12.0 * lambda.sqrt() + 24.0).ceil() as u64;
-            let mut ln_pmf = -lambda;
-            for i in 0..=last {
-                if i > 0 {
-                    ln_pmf += lambda.ln() - (i as f64).ln();
-                }
-                let pmf = ln_pmf.exp();
-                let q1 = (1.0 - 1.0 / w).powf(i as f64);
-                let q2 = (1.0 - 2.0 / w).powf(i as f64);
-                let f = 1.0 - q1;
-                let g = f.powi(8);
-                eg += pmf * g;
-                eg2 += pmf * g * g;
-                egl += pmf * g * i as f64;
+            block_load_sigma(m / 512.0, n, |i| {
+                let q1 = (1.0 - 1.0 / w).powf(i);
+                let q2 = (1.0 - 2.0 / w).powf(i);
                 let var_clear = (w * q1 + w * (w - 1.0) * q2 - w * w * q1 * q1).max(0.0);
-                let v = var_clear / (w * w);
-                within += pmf * ((f * f + v).powi(8) - f.powi(16)).max(0.0);
-            }
-            let var_g = eg2 - eg * eg;
-            let cov = egl - eg * lambda;
-            (((var_g - cov * cov / lambda).max(0.0) + within) / blocks).sqrt()
+                let (f, v) = (1.0 - q1, var_clear / (w * w));
+                (f.powi(8), ((f * f + v).powi(8) - f.powi(16)).max(0.0))
+            })
         }
         other => unreachable!("no model for {other:?}"),
     }
+}
+
+/// σ of the mean over `blocks` blocks of a block's rate, for `n` keys spread over them
+/// (multinomial loads: Poisson(λ = n / blocks) conditioned on the total). `at(i)` is the rate
+/// `g(i)` of a block holding `i` keys and its variance given `i` (from the bits within it);
+/// see [`filter_sigma`] for the terms.
+fn block_load_sigma(blocks: f64, n: f64, at: impl Fn(f64) -> (f64, f64)) -> f64 {
+    let lambda = n / blocks;
+    let (mut eg, mut eg2, mut egl, mut within) = (0.0, 0.0, 0.0, 0.0);
+    let last = (lambda + 12.0 * lambda.sqrt() + 24.0).ceil() as u64;
+    let mut ln_pmf = -lambda;
+    for i in 0..=last {
+        if i > 0 {
+            ln_pmf += lambda.ln() - (i as f64).ln();
+        }
+        let pmf = ln_pmf.exp();
+        let (g, var_given_load) = at(i as f64);
+        eg += pmf * g;
+        eg2 += pmf * g * g;
+        egl += pmf * g * i as f64;
+        within += pmf * var_given_load;
+    }
+    let var_g = eg2 - eg * eg;
+    let cov = egl - eg * lambda;
+    (((var_g - cov * cov / lambda).max(0.0) + within) / blocks).sqrt()
 }
 
 /// The set bits, counted from the serialised words (independently of `count_ones`).

@@ -52,16 +52,10 @@ pub struct Params {
 /// ```
 pub fn optimal(n: u64, p: f64) -> Result<Params, BuildError> {
     check_items_and_rate(n, p)?;
-    let ln2 = std::f64::consts::LN_2;
-    let m = (-(n as f64) * p.ln() / (ln2 * ln2)).ceil();
-    if m > MAX_BITS as f64 {
-        return Err(BuildError::TooLarge {
-            bits: m,
-            max: MAX_BITS,
-        });
-    }
-    let bits = (m as u64).max(1);
-    let hashes = ((bits as f64 / n as f64) * ln2).round().max(1.0);
+    let bits = classic_bits(n, p)?;
+    let hashes = ((bits as f64 / n as f64) * std::f64::consts::LN_2)
+        .round()
+        .max(1.0);
     if hashes > MAX_HASHES as f64 {
         // Capping k would quietly miss p.
         return Err(BuildError::TooManyHashes {
@@ -73,6 +67,19 @@ pub fn optimal(n: u64, p: f64) -> Result<Params, BuildError> {
         bits,
         hashes: hashes as u32,
     })
+}
+
+/// Classic's `m = ceil(-n·ln p / (ln 2)²)` (at least 1), or `TooLarge` past [`MAX_BITS`].
+fn classic_bits(n: u64, p: f64) -> Result<u64, BuildError> {
+    let ln2 = std::f64::consts::LN_2;
+    let m = (-(n as f64) * p.ln() / (ln2 * ln2)).ceil();
+    if m > MAX_BITS as f64 {
+        return Err(BuildError::TooLarge {
+            bits: m,
+            max: MAX_BITS,
+        });
+    }
+    Ok((m as u64).max(1))
 }
 
 /// The smallest Blocked-layout size (a whole number of 512-bit blocks, and the best `k` for
@@ -162,15 +169,7 @@ pub fn optimal_split_block(n: u64, p: f64) -> Result<Params, BuildError> {
     // Never fewer bits than Classic needs; widen until enough (the rate falls to 0 as the
     // blocks grow, so this ends, at the latest at MAX_BITS). Only Classic's bits: its `k`
     // may exceed MAX_HASHES for tiny p, which says nothing about this layout, whose k is 8.
-    let ln2 = std::f64::consts::LN_2;
-    let classic_bits = (-(n as f64) * p.ln() / (ln2 * ln2)).ceil();
-    if classic_bits > MAX_BITS as f64 {
-        return Err(BuildError::TooLarge {
-            bits: classic_bits,
-            max: MAX_BITS,
-        });
-    }
-    let mut lo = (classic_bits as u64).div_ceil(BLOCK_BITS).max(1);
+    let mut lo = classic_bits(n, p)?.div_ceil(BLOCK_BITS).max(1);
     let mut hi = lo;
     while !meets(hi) {
         lo = hi + 1;
