@@ -69,6 +69,20 @@ pub fn optimal(n: u64, p: f64) -> Result<Params, BuildError> {
     })
 }
 
+/// The smallest `x` in `lo..=hi` for which `meets(x)`, by bisection: `meets` must be
+/// monotone (false, then true) and `meets(hi)` true.
+fn first_meeting(mut lo: u64, mut hi: u64, meets: impl Fn(u64) -> bool) -> u64 {
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if meets(mid) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    hi
+}
+
 /// Classic's `m = ceil(-n·ln p / (ln 2)²)` (at least 1), or `TooLarge` past [`MAX_BITS`].
 fn classic_bits(n: u64, p: f64) -> Result<u64, BuildError> {
     let ln2 = std::f64::consts::LN_2;
@@ -110,14 +124,9 @@ pub fn optimal_blocked(n: u64, p: f64) -> Result<Params, BuildError> {
         hi = hi.saturating_mul(2);
     }
     // Invariant: hi blocks are enough; lo blocks may not be.
-    while lo < hi {
-        let mid = lo + (hi - lo) / 2;
-        if best_blocked_hashes(mid * BLOCK_BITS, n).1 <= p {
-            hi = mid;
-        } else {
-            lo = mid + 1;
-        }
-    }
+    hi = first_meeting(lo, hi, |blocks| {
+        best_blocked_hashes(blocks * BLOCK_BITS, n).1 <= p
+    });
     // The fast model reads a little low (≈1% at p = 1%): step up until the exact model
     // agrees, then take the smallest size between that it accepts.
     let meets = |blocks: u64| best_blocked_hashes_exact(blocks * BLOCK_BITS, n).1 <= p;
@@ -132,15 +141,7 @@ pub fn optimal_blocked(n: u64, p: f64) -> Result<Params, BuildError> {
             });
         }
     }
-    while lo < hi {
-        let mid = lo + (hi - lo) / 2;
-        if meets(mid) {
-            hi = mid;
-        } else {
-            lo = mid + 1;
-        }
-    }
-    let bits = hi * BLOCK_BITS;
+    let bits = first_meeting(lo, hi, meets) * BLOCK_BITS;
     Ok(Params {
         bits,
         hashes: best_blocked_hashes_exact(bits, n).0,
@@ -178,16 +179,8 @@ pub fn optimal_split_block(n: u64, p: f64) -> Result<Params, BuildError> {
             return Err(too_large(hi));
         }
     }
-    while lo < hi {
-        let mid = lo + (hi - lo) / 2;
-        if meets(mid) {
-            hi = mid;
-        } else {
-            lo = mid + 1;
-        }
-    }
     Ok(Params {
-        bits: hi * BLOCK_BITS,
+        bits: first_meeting(lo, hi, meets) * BLOCK_BITS,
         hashes: SPLIT_HASHES,
     })
 }
