@@ -15,7 +15,7 @@ pub enum LayoutArg {
     /// Bits anywhere: the fewest bits for a rate, up to k cache misses per lookup.
     Classic,
     /// One bit in each 64-bit word of a cache line, k fixed at 8: the fastest lookup (≈2% more
-    /// bits than blocked at 1%, ≈20% more at 10%).
+    /// bits than blocked at 1%, 22% more at 10%).
     #[value(name = "split-block")]
     SplitBlock,
 }

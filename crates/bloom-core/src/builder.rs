@@ -387,7 +387,8 @@ pub(crate) struct Parts {
     pub(crate) target_fpr: Option<f64>,
 }
 
-/// Validates `m` and rounds it up to what the layout stores (whole blocks for Blocked and SplitBlock).
+/// Validates `m` and rounds it up to what the layout stores (whole blocks for Blocked and
+/// SplitBlock).
 pub(crate) fn round_bits(layout: Layout, bits: u64) -> Result<u64, BuildError> {
     if bits == 0 {
         return Err(BuildError::ZeroBits);

@@ -150,7 +150,7 @@ impl BloomFilter {
     pub fn contains<K: Key + ?Sized>(&self, key: &K) -> bool {
         // SplitBlock hands the probe a closure that hashes the key and finds its block, so
         // that the AVX2 probe compiles them into its own function: one call per lookup and no
-        // spills around it, 4% faster than hashing first (`contains_hit/u64/{300k,1M}`,
+        // spills around it, 2–4% faster than hashing first (`contains_hit/u64/{300k,1M}`,
         // alternated runs). Blocked measured 2–3% slower that way, so it hashes first.
         match self.layout {
             Layout::Blocked => {
