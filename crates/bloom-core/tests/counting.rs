@@ -37,6 +37,13 @@ fn ops() -> impl Strategy<Value = Vec<Op>> {
 }
 
 proptest! {
+    // Fixed seed: a failure reproduces without a regressions file in the source tree.
+    #![proptest_config(ProptestConfig {
+        rng_seed: proptest::test_runner::RngSeed::Fixed(0xc0_0e71),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
     /// Every key inserted more times than it was (successfully) removed is still found,
     /// whatever the interleaving, in every layout, including keys removed although never
     /// inserted (refused when detectably absent).
