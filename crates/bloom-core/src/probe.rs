@@ -16,8 +16,8 @@
 //! `i` is the 6-bit field `i` of the split word, in the block's 64-bit word `i`. The scalar
 //! test is eight shift-and-AND steps; with AVX2 (`contains_split_avx2`) the eight fields are
 //! shifted into eight 64-bit lanes by two variable shifts, turned into one-bit masks by two
-//! more, and checked against the two halves of the line with one `vptest` each: no table,
-//! no permutes, no dependence on `k`.
+//! more, and the bits missing from the two halves of the line are OR-ed and checked with
+//! one `vptest`: no table, no permutes, no dependence on `k`.
 //!
 //! AVX-512 would test a group with fewer instructions still (`vpermq` over the whole line),
 //! but its intrinsics and target feature are stable only from Rust 1.89, above this crate's
@@ -142,9 +142,9 @@ mod x86 {
         __m128i, __m256i, _mm256_and_si256, _mm256_andnot_si256, _mm256_blend_epi32,
         _mm256_blendv_ps, _mm256_castps_si256, _mm256_castsi256_ps, _mm256_loadu_si256,
         _mm256_or_si256, _mm256_permutevar8x32_epi32, _mm256_set_m128i, _mm256_set1_epi32,
-        _mm256_set1_epi64x, _mm256_set1_epi64x as splat64, _mm256_setr_epi64x, _mm256_slli_epi32,
-        _mm256_sllv_epi32, _mm256_sllv_epi64, _mm256_srli_epi32, _mm256_srlv_epi64,
-        _mm256_testc_si256, _mm256_testz_si256,
+        _mm256_set1_epi64x, _mm256_setr_epi64x, _mm256_slli_epi32, _mm256_sllv_epi32,
+        _mm256_sllv_epi64, _mm256_srli_epi32, _mm256_srlv_epi64, _mm256_testc_si256,
+        _mm256_testz_si256,
     };
 
     use crate::bit_vector::Line;
@@ -220,13 +220,13 @@ mod x86 {
         #[allow(unused_unsafe)]
         unsafe {
             let (lo, hi) = load_line(block);
-            let v = splat64(word as i64);
+            let v = _mm256_set1_epi64x(word as i64);
             let shifts_lo =
                 _mm256_setr_epi64x(F as i64, F as i64 + 6, F as i64 + 12, F as i64 + 18);
             let shifts_hi =
                 _mm256_setr_epi64x(F as i64 + 24, F as i64 + 30, F as i64 + 36, F as i64 + 42);
-            let six_bits = splat64(63);
-            let one = splat64(1);
+            let six_bits = _mm256_set1_epi64x(63);
+            let one = _mm256_set1_epi64x(1);
             let field_lo = _mm256_and_si256(_mm256_srlv_epi64(v, shifts_lo), six_bits);
             let field_hi = _mm256_and_si256(_mm256_srlv_epi64(v, shifts_hi), six_bits);
             let bit_lo = _mm256_sllv_epi64(one, field_lo);
