@@ -8,7 +8,7 @@ use crate::bit_vector::{BitVector, Line};
 use crate::builder::{Builder, Parts};
 use crate::format::{FilterKind, WordBody};
 use crate::hasher::{KeyHash, KeyHasher};
-use crate::layout::{for_each_classic, for_each_in_block, for_each_in_split_block, reduce};
+use crate::layout::{for_each_classic, for_each_in_line, reduce};
 use crate::params::{self, BLOCK_BITS};
 use crate::probe::Probe;
 use crate::{BuildError, Key, Layout};
@@ -291,7 +291,7 @@ impl BloomFilter {
     pub(crate) fn insert_hash(&self, h: KeyHash) -> bool {
         let mut added = false;
         match self.layout {
-            Layout::Blocked => {
+            Layout::Blocked | Layout::SplitBlock => {
                 // One branch for the whole key (already present: nothing to write), then
                 // unconditional ORs: a per-bit "already set?" branch mispredicts about half
                 // the time while the filter fills. Measured: 54 → 33 ns per insert at 1M.
@@ -299,19 +299,7 @@ impl BloomFilter {
                     return false;
                 }
                 let first_word = reduce(h.h1, self.num_blocks) as usize * 8;
-                for_each_in_block(h.h2(), self.num_hashes, 9, |bit| {
-                    self.bits
-                        .or_word(first_word + (bit >> 6), 1u64 << (bit & 63));
-                });
-                added = true;
-            }
-            Layout::SplitBlock => {
-                // As Blocked: one branch for the key, then one OR into each of the 8 words.
-                if self.contains_hash(h) {
-                    return false;
-                }
-                let first_word = reduce(h.h1, self.num_blocks) as usize * 8;
-                for_each_in_split_block(h.split_word(), |bit| {
+                for_each_in_line(self.layout, h, self.num_hashes, |bit| {
                     self.bits
                         .or_word(first_word + (bit >> 6), 1u64 << (bit & 63));
                 });
@@ -745,15 +733,11 @@ impl BloomFilter {
     pub fn for_each_bit<K: Key + ?Sized>(&self, key: &K, mut visit: impl FnMut(u64)) {
         let h = self.hasher.hash(key);
         match self.layout {
-            Layout::Blocked => {
+            Layout::Blocked | Layout::SplitBlock => {
                 let first_bit = reduce(h.h1, self.num_blocks) * BLOCK_BITS;
-                for_each_in_block(h.h2(), self.num_hashes, 9, |bit| {
+                for_each_in_line(self.layout, h, self.num_hashes, |bit| {
                     visit(first_bit + bit as u64)
                 });
-            }
-            Layout::SplitBlock => {
-                let first_bit = reduce(h.h1, self.num_blocks) * BLOCK_BITS;
-                for_each_in_split_block(h.split_word(), |bit| visit(first_bit + bit as u64));
             }
             Layout::Classic => for_each_classic(h, self.num_hashes, self.num_bits, |bit| {
                 visit(bit);

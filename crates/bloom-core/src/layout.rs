@@ -154,6 +154,19 @@ pub(crate) fn split_field(word: u64, i: usize) -> usize {
 /// The bit of a SplitBlock word where field 0 starts (fields 0–7 use bits 16–63).
 pub(crate) const SPLIT_FIRST_BIT: u32 = 16;
 
+/// The offsets (in `0..512`) of a key's bits within its block, in a Blocked or SplitBlock
+/// array: the one place that tells the two placements apart for everything but the lookup.
+#[inline(always)]
+pub(crate) fn for_each_in_line(layout: Layout, hash: KeyHash, k: u32, visit: impl FnMut(usize)) {
+    match layout {
+        Layout::SplitBlock => for_each_in_split_block(hash.split_word(), visit),
+        _ => {
+            debug_assert_eq!(layout, Layout::Blocked, "a layout with blocks");
+            for_each_in_block(hash.h2(), k, 9, visit)
+        }
+    }
+}
+
 /// The `k` slot indices (each in `0..num_slots`) of a key in a Classic array, by enhanced
 /// double hashing (Dillinger & Manolios): `x += y; y += i`.
 #[inline(always)]
@@ -186,21 +199,11 @@ pub(crate) fn for_each_slot(
     mut visit: impl FnMut(u64) -> bool,
 ) {
     match layout {
-        Layout::Blocked => {
+        Layout::Blocked | Layout::SplitBlock => {
             let first =
                 reduce(hash.h1, num_slots / crate::params::BLOCK_BITS) * crate::params::BLOCK_BITS;
             let mut go = true;
-            for_each_in_block(hash.h2(), k, 9, |offset| {
-                if go {
-                    go = visit(first + offset as u64);
-                }
-            });
-        }
-        Layout::SplitBlock => {
-            let first =
-                reduce(hash.h1, num_slots / crate::params::BLOCK_BITS) * crate::params::BLOCK_BITS;
-            let mut go = true;
-            for_each_in_split_block(hash.split_word(), |offset| {
+            for_each_in_line(layout, hash, k, |offset| {
                 if go {
                     go = visit(first + offset as u64);
                 }
