@@ -155,7 +155,7 @@ impl BloomFilter {
         match self.layout {
             Layout::Blocked => {
                 let (block, h) = self.locate(key);
-                self.probe.contains(block, h.h2(), self.num_hashes)
+                self.probe.contains(block, h, self.num_hashes)
             }
             Layout::SplitBlock => self.probe.contains_split_located(
                 #[inline(always)]
@@ -318,7 +318,7 @@ impl BloomFilter {
         match self.layout {
             Layout::Blocked => {
                 let block = self.bits.block(reduce(h.h1, self.num_blocks) as usize);
-                self.probe.contains(block, h.h2(), self.num_hashes)
+                self.probe.contains(block, h, self.num_hashes)
             }
             Layout::SplitBlock => {
                 let block = self.bits.block(reduce(h.h1, self.num_blocks) as usize);

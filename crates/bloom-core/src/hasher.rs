@@ -175,10 +175,15 @@ fn sip_round(v0: &mut u64, v1: &mut u64, v2: &mut u64, v3: &mut u64) {
 /// Murmur3's 64-bit finaliser: a bijection whose output bits each depend on every input bit.
 #[inline(always)]
 pub(crate) fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 33)).wrapping_mul(0xFF51_AFD7_ED55_8CCD);
-    z = (z ^ (z >> 33)).wrapping_mul(0xC4CE_B9FE_1A85_EC53);
-    z ^ (z >> 33)
+    let [m1, m2] = MIX_MULTIPLIERS;
+    z = (z ^ (z >> MIX_SHIFT)).wrapping_mul(m1);
+    z = (z ^ (z >> MIX_SHIFT)).wrapping_mul(m2);
+    z ^ (z >> MIX_SHIFT)
 }
+
+/// [`mix`]'s two multipliers and its shift (the AVX2 probe computes it in vector lanes).
+pub(crate) const MIX_MULTIPLIERS: [u64; 2] = [0xFF51_AFD7_ED55_8CCD, 0xC4CE_B9FE_1A85_EC53];
+pub(crate) const MIX_SHIFT: u32 = 33;
 
 #[cfg(test)]
 mod tests {
