@@ -191,10 +191,12 @@ mod x86 {
     /// `h2 = mix(h1)` is computed here, in vector registers, rather than by the caller with
     /// two integer multiplies: a lookup out of cache waits for its line with its
     /// instructions parked in the core, and how many lookups can wait at once (and so
-    /// overlap their misses) is bounded by the integer registers they hold (SipHash alone
-    /// takes about seventy). About twenty vector instructions instead of eleven integer ones
-    /// made `contains_{hit,miss}/u64/50M` 18–27% faster and `…/1M` about 5%, `…/300k` (in
-    /// L2) unchanged (alternated runs); the answer is the same bits
+    /// overlap their misses) looks bounded by the integer registers they hold (SipHash alone
+    /// writes about seventy). That fits every measurement (the README's benchmark section)
+    /// but this VM has no counters to observe it; what is measured is the effect: about
+    /// twenty vector instructions instead of eleven integer ones made
+    /// `contains_{hit,miss}/u64/50M` 18–27% faster and `…/1M` about 5%, `…/300k` (in L2)
+    /// unchanged (alternated runs). The answer is the same bits
     /// (`simd_and_scalar_agree_on_random_blocks`).
     ///
     /// # Safety
