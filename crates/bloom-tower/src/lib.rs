@@ -13,6 +13,23 @@ pub mod guard;
 #[cfg(feature = "guarded-cache")]
 #[cfg_attr(docsrs, doc(cfg(feature = "guarded-cache")))]
 pub mod guarded_cache;
+// The guide's example is a whole service: it needs the features it uses (docs.rs builds with
+// all of them), so that `cargo test -p bloom-tower` with the defaults does not fail on it.
+#[cfg(all(
+    feature = "sqlx",
+    feature = "guarded-cache",
+    feature = "axum",
+    feature = "metrics"
+))]
+#[cfg_attr(
+    docsrs,
+    doc(cfg(all(
+        feature = "sqlx",
+        feature = "guarded-cache",
+        feature = "axum",
+        feature = "metrics"
+    )))
+)]
 pub mod guide;
 pub mod key;
 pub mod key_source;
