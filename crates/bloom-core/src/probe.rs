@@ -10,7 +10,8 @@
 //! * [`contains_scalar`], portable: per probe a shift, a mask, a load and a bit test;
 //! * on x86_64 with AVX2 (detected at run time, once per filter), `contains_avx2`: the block
 //!   is held in two 256-bit registers as sixteen 32-bit words, and one group of up to seven
-//!   probes is tested in a handful of vector instructions, whatever `k` is up to 7.
+//!   probes is tested in a handful of vector instructions, whatever `k` is up to 7; it takes
+//!   `h1` and computes `h2 = mix(h1)` in vector lanes itself (why: on the function).
 //!
 //! **SplitBlock** ([`for_each_in_split_block`](crate::layout::for_each_in_split_block)): bit
 //! `i` is the 6-bit field `i` of the split word, in the block's 64-bit word `i`. The scalar
