@@ -206,7 +206,8 @@ mod x86 {
     /// `block`.
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn contains_avx2(block: &Line, h1: u64, k: u32) -> bool {
-        // SAFETY: `load_line` and `group` need AVX2, which this function is only called with.
+        // SAFETY: `load_line`, `mix_lanes`, `group_of_lanes` and `more_groups` need AVX2,
+        // which this function is only called with.
         unsafe {
             let (lo, hi) = load_line(block);
             // `h2` in every lane.
