@@ -245,7 +245,7 @@ mod x86 {
         }
     }
 
-    /// [`mix`](crate::hasher::mix) of each 64-bit lane.
+    /// [`mix`] of each 64-bit lane.
     ///
     /// # Safety
     ///

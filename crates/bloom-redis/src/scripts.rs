@@ -130,9 +130,9 @@ impl FromRedisValue for Written {
 }
 
 /// Sets bits in one group's segments and bumps their versions, atomically: for each segment
-/// KEYS[i + 1] (number ARGV[2i - 1]), `SETBIT` at every offset packed in ARGV[2i] (4 bytes
+/// `KEYS[i + 1]` (number `ARGV[2i - 1]`), `SETBIT` at every offset packed in `ARGV[2i]` (4 bytes
 /// each, little-endian: 4 bytes a bit instead of a whole command), then `HINCRBY` its
-/// version in hash KEYS[1]; last the group's `all`. Returns the new versions, then `all`.
+/// version in hash `KEYS[1]`; last the group's `all`. Returns the new versions, then `all`.
 pub(crate) fn set_bits() -> Script {
     Script::new(
         r"
@@ -151,9 +151,9 @@ return out
     )
 }
 
-/// ORs ARGV[2] into segment KEYS[1] through scratch KEYS[2] and bumps its version (field
-/// ARGV[3] of version hash KEYS[3], and the group's `all`); with a rebuild's fencing number
-/// ARGV[1] (not empty) only while the group's fence KEYS[4] still holds it. Returns
+/// ORs `ARGV[2]` into segment `KEYS[1]` through scratch `KEYS[2]` and bumps its version (field
+/// `ARGV[3]` of version hash `KEYS[3]`, and the group's `all`); with a rebuild's fencing number
+/// `ARGV[1]` (not empty) only while the group's fence `KEYS[4]` still holds it. Returns
 /// [`Written`]. One group's keys: one slot.
 pub(crate) fn or_segment() -> Script {
     Script::new(
@@ -169,9 +169,9 @@ return redis.call('HINCRBY', KEYS[3], ARGV[3], 1)
 }
 
 /// Empties a group of a generation a rebuild is about to announce: unless the group's fence
-/// KEYS[1] holds a newer rebuild's number, sets it to ARGV[1], deletes the segments
-/// (KEYS[3..]) left by an abandoned attempt and bumps their versions (ARGV[2..], in the hash
-/// KEYS[2]) so that no instance mistakes the new contents for ones it has seen. Returns
+/// `KEYS[1]` holds a newer rebuild's number, sets it to `ARGV[1]`, deletes the segments
+/// (`KEYS[3..]`) left by an abandoned attempt and bumps their versions (`ARGV[2..]`, in the hash
+/// `KEYS[2]`) so that no instance mistakes the new contents for ones it has seen. Returns
 /// [`Lock`] (`Lost`: a newer rebuild owns the group).
 pub(crate) fn reset_group() -> Script {
     Script::new(
@@ -186,7 +186,7 @@ return 1
     )
 }
 
-/// For each segment KEYS[2..] (numbers ARGV[1..], versions in hash KEYS[1]): its version and
+/// For each segment `KEYS[2..]` (numbers `ARGV[1..]`, versions in hash `KEYS[1]`): its version and
 /// the SHA-1 of its bytes without trailing zeros, read together. The slow full pass compares
 /// them with the local segments' digests: only segments that differ are moved.
 pub(crate) fn digests() -> Script {
@@ -205,9 +205,9 @@ return out
     )
 }
 
-/// Keeps a rebuild alive while its source streams: if the lock KEYS[1] still holds ARGV[1],
-/// refreshes its TTL and the building marker KEYS[2]'s to ARGV[2] ms, and the seal KEYS[3]'s
-/// (if set) to ARGV[3] ms — an expired seal would let a late instance count itself on time
+/// Keeps a rebuild alive while its source streams: if the lock `KEYS[1]` still holds `ARGV[1]`,
+/// refreshes its TTL and the building marker `KEYS[2]`'s to `ARGV[2]` ms, and the seal `KEYS[3]`'s
+/// (if set) to `ARGV[3]` ms — an expired seal would let a late instance count itself on time
 /// and skip carrying its bits over. Returns [`Lock`].
 pub(crate) fn refresh() -> Script {
     Script::new(
@@ -221,9 +221,9 @@ return 1
     )
 }
 
-/// Announces a rebuild of generation ARGV[2] if the lock KEYS[1] still holds ARGV[1]:
-/// sets building KEYS[2] (TTL ARGV[3]), clears acks KEYS[3] / sealed KEYS[4], publishes
-/// ARGV[5] on channel ARGV[4]. Returns [`Lock`]. (The segments were emptied before, group by
+/// Announces a rebuild of generation `ARGV[2]` if the lock `KEYS[1]` still holds `ARGV[1]`:
+/// sets building `KEYS[2]` (TTL `ARGV[3]`), clears acks `KEYS[3]` / sealed `KEYS[4]`, publishes
+/// `ARGV[5]` on channel `ARGV[4]`. Returns [`Lock`]. (The segments were emptied before, group by
 /// group: [`reset_group`].)
 pub(crate) fn begin() -> Script {
     Script::new(
@@ -238,8 +238,8 @@ return 1
     )
 }
 
-/// Seals a generation's acks (sets KEYS[2], TTL ARGV[2] ms) if the lock KEYS[1] still holds
-/// ARGV[1]; refreshes the lock's TTL to ARGV[3] ms. Returns [`Lock`].
+/// Seals a generation's acks (sets `KEYS[2]`, TTL `ARGV[2]` ms) if the lock `KEYS[1]` still holds
+/// `ARGV[1]`; refreshes the lock's TTL to `ARGV[3]` ms. Returns [`Lock`].
 pub(crate) fn seal() -> Script {
     Script::new(
         r"
@@ -251,7 +251,7 @@ return 1
     )
 }
 
-/// Acknowledges (SADD ARGV[1] to KEYS[1]) unless KEYS[2] is sealed. Returns [`Ack`].
+/// Acknowledges (SADD `ARGV[1]` to `KEYS[1]`) unless `KEYS[2]` is sealed. Returns [`Ack`].
 pub(crate) fn ack() -> Script {
     Script::new(
         r"
@@ -263,8 +263,8 @@ return 1
     )
 }
 
-/// Makes generation ARGV[2] serve if the lock KEYS[1] still holds ARGV[1]: SET gen KEYS[2],
-/// DEL building KEYS[3] and the lock, publish ARGV[4] on ARGV[3]. Returns [`Lock`]. (The old
+/// Makes generation `ARGV[2]` serve if the lock `KEYS[1]` still holds `ARGV[1]`: SET gen `KEYS[2]`,
+/// DEL building `KEYS[3]` and the lock, publish `ARGV[4]` on `ARGV[3]`. Returns [`Lock`]. (The old
 /// generation's groups are then set to expire, group by group.)
 pub(crate) fn switch() -> Script {
     Script::new(
@@ -278,7 +278,7 @@ return 1
     )
 }
 
-/// Abandons a rebuild: DEL building KEYS[2] and lock KEYS[1] if it still holds ARGV[1].
+/// Abandons a rebuild: DEL building `KEYS[2]` and lock `KEYS[1]` if it still holds `ARGV[1]`.
 /// Returns [`Lock`].
 pub(crate) fn abort() -> Script {
     Script::new(

@@ -248,7 +248,7 @@ impl WordsHeader {
         })
     }
 
-    /// W, read from a header whose shared fields were checked (for [`peek`](super::peek)).
+    /// W, read from a header whose shared fields were checked (for [`peek`](super::peek())).
     pub(crate) fn num_words_of(bytes: &[u8]) -> u64 {
         fields(bytes).5
     }

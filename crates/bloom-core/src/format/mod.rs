@@ -9,7 +9,7 @@
 //!   scalable filter's list of stages) and `label.rs` (a snapshot's label in front of a
 //!   filter of any kind, [`SNAPSHOT_MAGIC`]);
 //! * `any.rs`: reading a file of whichever kind; `peek.rs`: what a file is, from its first
-//!   bytes ([`peek`]).
+//!   bytes ([`peek()`]).
 //!
 //! A filter kind only tells the format what its body holds: its settings, and its words or
 //! its stages. Every writer streams, checksumming as it goes: no file is built in memory

@@ -19,7 +19,7 @@ use crate::key::KeyFor;
 use crate::key_source::{BoxError, KeySource};
 
 /// A function [`SharedFilter::insert`] calls with the inserted key's bytes
-/// ([`Key::key_bytes`](bloom_core::Key::key_bytes)); see [`SharedFilter::set_insert_hook`].
+/// ([`Key::key_bytes`]); see [`SharedFilter::set_insert_hook`].
 pub type InsertHook = Arc<dyn Fn(&[u8]) + Send + Sync>;
 
 /// A function [`SharedFilter::contains`] calls for every key the filter would reject:

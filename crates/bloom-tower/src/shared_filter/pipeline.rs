@@ -1,5 +1,5 @@
 //! The rebuild pipeline, the one path every rebuild takes, whoever fills the new filter:
-//! hold the rebuild slot, [publish](Run::publish) the filter being built, [fill](fill) it,
+//! hold the rebuild slot, [publish](Run::publish) the filter being built, [fill] it,
 //! then [swap it in](Run::swap_in) or drop the [`Run`] to abandon it. The steps are where
 //! the [module docs](super) prove a rebuild loses no key.
 //!
