@@ -262,43 +262,25 @@ fn interleaved(hot_keys: u64) {
                 .await;
         }
         let mut i = 0u64;
+        // `PER_ROUND` lookups of `$lookup`, each of the next hot key.
+        macro_rules! each_key {
+            ($lookup:expr) => {
+                for _ in 0..PER_ROUND {
+                    i = (i + 7_919) % hot_keys;
+                    black_box($lookup);
+                }
+            };
+        }
         for (round, time) in times.iter_mut().enumerate() {
             for step in 0..NAMES.len() {
                 let variant = (round + step) % NAMES.len();
                 let start = Instant::now();
                 match variant {
-                    0 => {
-                        for _ in 0..PER_ROUND {
-                            i = (i + 7_919) % hot_keys;
-                            black_box(moka_sync.get(&i));
-                        }
-                    }
-                    1 => {
-                        for _ in 0..PER_ROUND {
-                            i = (i + 7_919) % hot_keys;
-                            if filter.contains(&i) {
-                                black_box(moka_behind_filter.get(&i));
-                            }
-                        }
-                    }
-                    2 => {
-                        for _ in 0..PER_ROUND {
-                            i = (i + 7_919) % hot_keys;
-                            black_box(cache.get_or_load(&i, load).await.unwrap());
-                        }
-                    }
-                    3 => {
-                        for _ in 0..PER_ROUND {
-                            i = (i + 7_919) % hot_keys;
-                            black_box(filter.contains(&i));
-                        }
-                    }
-                    _ => {
-                        for _ in 0..PER_ROUND {
-                            i = (i + 7_919) % hot_keys;
-                            black_box(moka_future.get(&i).await);
-                        }
-                    }
+                    0 => each_key!(moka_sync.get(&i)),
+                    1 => each_key!(filter.contains(&i).then(|| moka_behind_filter.get(&i))),
+                    2 => each_key!(cache.get_or_load(&i, load).await.unwrap()),
+                    3 => each_key!(filter.contains(&i)),
+                    _ => each_key!(moka_future.get(&i).await),
                 }
                 time[variant] = start.elapsed().as_nanos() as f64 / PER_ROUND as f64;
             }
