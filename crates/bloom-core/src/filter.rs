@@ -106,18 +106,18 @@ impl BloomFilter {
             num_blocks: num_bits / BLOCK_BITS,
             num_hashes,
             layout,
-            probe: Probe::detect(),
+            probe: Probe::for_filter_of(num_words * 8),
             hasher,
             capacity,
             target_fpr,
         }
     }
 
-    /// Makes this filter's lookups use the portable probe, whatever the CPU supports (the
-    /// tests compare it with the SIMD one).
+    /// Makes this filter's lookups use `probe`, whatever its size (the tests compare the
+    /// paths on the same filter).
     #[cfg(test)]
-    pub(crate) fn force_scalar_probe(&mut self) {
-        self.probe = Probe::SCALAR;
+    pub(crate) fn set_probe(&mut self, probe: Probe) {
+        self.probe = probe;
     }
 
     /// Adds `key`. Returns `true` if it was not (maybe) present before, i.e. at least one of
@@ -148,21 +148,21 @@ impl BloomFilter {
     /// ```
     #[inline]
     pub fn contains<K: Key + ?Sized>(&self, key: &K) -> bool {
-        // SplitBlock hands the probe a closure that hashes the key and finds its block, so
-        // that the AVX2 probe compiles them into its own function: one call per lookup and no
-        // spills around it, 2–4% faster than hashing first (`contains_hit/u64/{300k,1M}`,
-        // alternated runs). Blocked measured 2–3% slower that way, so it hashes first.
+        // The probe hashes the key itself, so that the hash can be compiled into its SIMD
+        // function, or computed in vector registers for a filter far out of cache.
         match self.layout {
-            Layout::Blocked => {
-                let (block, h) = self.locate(key);
-                self.probe.contains(block, h, self.num_hashes)
-            }
-            Layout::SplitBlock => self.probe.contains_split_located(
+            Layout::Blocked => self.probe.contains_key(
+                &self.hasher,
+                key,
                 #[inline(always)]
-                || {
-                    let (block, h) = self.locate(key);
-                    (block, h.split_word())
-                },
+                |h| self.block_of(h),
+                self.num_hashes,
+            ),
+            Layout::SplitBlock => self.probe.contains_split_key(
+                &self.hasher,
+                key,
+                #[inline(always)]
+                |h| self.block_of(h),
             ),
             // Out of line: Classic's up to k cache misses dwarf a call, and inlined here its
             // loop would make every lookup save and restore registers.
@@ -175,11 +175,10 @@ impl BloomFilter {
         self.contains_hash(self.hasher.hash(key))
     }
 
-    /// A Blocked or SplitBlock key's hash and block.
+    /// A Blocked or SplitBlock key's block.
     #[inline(always)]
-    fn locate<K: Key + ?Sized>(&self, key: &K) -> (&Line, KeyHash) {
-        let h = self.hasher.hash(key);
-        (self.bits.block(reduce(h.h1, self.num_blocks) as usize), h)
+    fn block_of(&self, h: KeyHash) -> &Line {
+        self.bits.block(reduce(h.h1, self.num_blocks) as usize)
     }
 
     /// Inserts every key. Keys are hashed a window ahead of their insertion and their cache
@@ -317,11 +316,11 @@ impl BloomFilter {
     pub(crate) fn contains_hash(&self, h: KeyHash) -> bool {
         match self.layout {
             Layout::Blocked => {
-                let block = self.bits.block(reduce(h.h1, self.num_blocks) as usize);
+                let block = self.block_of(h);
                 self.probe.contains(block, h, self.num_hashes)
             }
             Layout::SplitBlock => {
-                let block = self.bits.block(reduce(h.h1, self.num_blocks) as usize);
+                let block = self.block_of(h);
                 self.probe.contains_split(block, h.split_word())
             }
             Layout::Classic => {
@@ -887,9 +886,18 @@ mod tests {
         assert!((0..200u64).all(|key| b.contains(&key)));
     }
 
-    /// The SIMD probe (whatever this CPU has) and the portable one give the same answer on
-    /// random filters (sizes, `k` from 1 to 20 so that the refilled probes past the seventh
-    /// are covered, fills from a quarter to four times capacity) for members and non-members.
+    /// Random keys of every length from 0 to 40 bytes (every tail length, up to five blocks),
+    /// so that each hashing path sees every shape of message.
+    fn random_key(rng: &mut impl rand::Rng) -> Vec<u8> {
+        let len = rng.random_range(0..=40);
+        (0..len).map(|_| rng.random()).collect()
+    }
+
+    /// Every SIMD probe this CPU has (the one for filters in cache, the one that hashes in
+    /// vector registers for filters far out of it) and the portable one give the same answer
+    /// on random filters (sizes, `k` from 1 to 20 so that the refilled probes past the
+    /// seventh are covered, fills from a quarter to four times capacity) for members and
+    /// non-members.
     #[test]
     fn simd_and_scalar_probes_agree_on_random_filters() {
         use rand::{Rng, SeedableRng};
@@ -899,35 +907,42 @@ mod tests {
         for _ in 0..60 {
             let k = rng.random_range(1..=20);
             let bits = rng.random_range(1..=64) * 512;
-            let simd = BloomFilter::builder()
+            let mut scalar = BloomFilter::builder()
                 .bits(bits)
                 .hashes(k)
                 .seed(rng.random())
                 .build()
                 .unwrap();
+            scalar.set_probe(Probe::SCALAR);
             let items = rng.random_range(bits / 40..=bits / 2);
-            for _ in 0..items {
-                simd.insert(&rng.random::<u64>());
+            let members: Vec<Vec<u8>> = (0..items).map(|_| random_key(&mut rng)).collect();
+            for key in &members {
+                scalar.insert(key);
             }
-            let mut scalar = simd.clone();
-            scalar.force_scalar_probe();
-            assert_eq!(scalar.probe, Probe::SCALAR);
-            for _ in 0..2_000 {
-                let key: u64 = rng.random();
-                let want = scalar.contains(&key);
-                assert_eq!(simd.contains(&key), want, "k {k} bits {bits} key {key}");
-                if want { yes += 1 } else { no += 1 }
+            let others: Vec<Vec<u8>> = (0..2_000).map(|_| random_key(&mut rng)).collect();
+            for probe in Probe::simd_paths() {
+                let mut simd = scalar.clone();
+                simd.set_probe(probe);
+                assert!(members.iter().all(|key| simd.contains(key)), "{probe:?}");
+                for key in &others {
+                    let want = scalar.contains(key);
+                    assert_eq!(simd.contains(key), want, "{probe:?} k {k} bits {bits}");
+                    if want { yes += 1 } else { no += 1 }
+                }
             }
         }
-        assert!(
-            yes > 10_000 && no > 10_000,
-            "both answers exercised: {yes} / {no}"
-        );
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            assert!(
+                yes > 20_000 && no > 20_000,
+                "both answers exercised on both SIMD paths: {yes} / {no}"
+            );
+        }
     }
 
     /// The same for SplitBlock (`contains_split`): random sizes, fills from a tenth of
-    /// capacity to three times it, every inserted key found by both probes, and both answers
-    /// for random keys.
+    /// capacity to three times it, every inserted key found by every probe, and the same
+    /// answers for random keys.
     #[test]
     fn simd_and_scalar_split_block_probes_agree_on_random_filters() {
         use rand::{Rng, SeedableRng};
@@ -936,47 +951,71 @@ mod tests {
         let (mut yes, mut no) = (0u32, 0u32);
         for _ in 0..60 {
             let bits = rng.random_range(1..=64) * 512;
-            let simd = BloomFilter::builder()
+            let mut scalar = BloomFilter::builder()
                 .bits(bits)
                 .layout(Layout::SplitBlock)
                 .seed(rng.random())
                 .build()
                 .unwrap();
+            scalar.set_probe(Probe::SCALAR);
             // About 10 bits per key meets 1%: fill from a tenth of that to three times it.
             let capacity = bits / 10;
-            let members: Vec<u64> = (0..rng.random_range(capacity / 10..=capacity * 3))
-                .map(|_| rng.random())
+            let members: Vec<Vec<u8>> = (0..rng.random_range(capacity / 10..=capacity * 3))
+                .map(|_| random_key(&mut rng))
                 .collect();
-            simd.insert_many(&members);
-            #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx2") {
-                assert!(
-                    simd.probe.is_simd(),
-                    "AVX2 is there: the test must compare it"
-                );
-            }
-            let mut scalar = simd.clone();
-            scalar.force_scalar_probe();
-            assert_eq!(scalar.probe, Probe::SCALAR);
-            for key in &members {
-                assert!(
-                    simd.contains(key) && scalar.contains(key),
-                    "bits {bits} {key}"
-                );
-            }
-            assert!(simd.contains_many(&members).iter().all(|&b| b));
-            assert!(scalar.contains_many(&members).iter().all(|&b| b));
-            for _ in 0..2_000 {
-                let key: u64 = rng.random();
-                let want = scalar.contains(&key);
-                assert_eq!(simd.contains(&key), want, "bits {bits} key {key}");
-                if want { yes += 1 } else { no += 1 }
+            scalar.insert_many(&members);
+            assert!(members.iter().all(|key| scalar.contains(key)));
+            let others: Vec<Vec<u8>> = (0..2_000).map(|_| random_key(&mut rng)).collect();
+            for probe in Probe::simd_paths() {
+                let mut simd = scalar.clone();
+                simd.set_probe(probe);
+                assert!(members.iter().all(|key| simd.contains(key)), "{probe:?}");
+                assert!(simd.contains_many(&members).iter().all(|&b| b));
+                for key in &others {
+                    let want = scalar.contains(key);
+                    assert_eq!(simd.contains(key), want, "{probe:?} bits {bits}");
+                    if want { yes += 1 } else { no += 1 }
+                }
             }
         }
-        assert!(
-            yes > 10_000 && no > 10_000,
-            "both answers exercised: {yes} / {no}"
-        );
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            assert!(
+                yes > 20_000 && no > 20_000,
+                "both answers exercised on both SIMD paths: {yes} / {no}"
+            );
+        }
+    }
+
+    /// A filter of [`FAR_FILTER_BYTES`](crate::probe::FAR_FILTER_BYTES) or more hashes in
+    /// vector registers where the CPU can (one just under it does not), and finds its keys.
+    #[test]
+    fn a_filter_far_out_of_cache_hashes_in_lanes_and_finds_its_keys() {
+        use crate::probe::FAR_FILTER_BYTES;
+
+        let far_bits = FAR_FILTER_BYTES as u64 * 8;
+        for layout in [Layout::Blocked, Layout::SplitBlock] {
+            let mut near = BloomFilter::builder().bits(far_bits - 512).layout(layout);
+            if layout == Layout::Blocked {
+                near = near.hashes(7);
+            }
+            let near = near.build().unwrap();
+            let mut far = BloomFilter::builder().bits(far_bits).layout(layout);
+            if layout == Layout::Blocked {
+                far = far.hashes(7);
+            }
+            let far = far.build().unwrap();
+            assert!(!near.probe.hashes_in_lanes());
+            #[cfg(target_arch = "x86_64")]
+            assert_eq!(
+                far.probe.hashes_in_lanes(),
+                std::arch::is_x86_feature_detected!("avx2"),
+                "{layout:?}"
+            );
+            let keys: Vec<String> = (0..100_000).map(|i| format!("user:{i}")).collect();
+            far.insert_many(&keys);
+            assert!(keys.iter().all(|k| far.contains(k)), "{layout:?}");
+        }
     }
 
     #[test]

@@ -54,6 +54,10 @@ pub(crate) struct KeyHasher {
     /// `v0, v1, v2, v3` after the keyed initialisation and the message-independent first half
     /// of the first compression round: `v0 += v1; v1 = rotl(v1, 13) ^ v0; v0 = rotl(v0, 32)`.
     state: [u64; 4],
+    /// The keyed initial state before that half round, in the vector form's lane order
+    /// `v0, v2, v1, v3` (see [`KeyHasher::hash_in_lanes`]).
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    initial_lanes: [u64; 4],
     seed: u128,
 }
 
@@ -64,6 +68,8 @@ impl KeyHasher {
         let mut v1 = k1 ^ 0x646f_7261_6e64_6f6d;
         let v2 = k0 ^ 0x6c79_6765_6e65_7261;
         let v3 = k1 ^ 0x7465_6462_7974_6573;
+        #[cfg(all(target_arch = "x86_64", not(loom)))]
+        let initial_lanes = [v0, v2, v1, v3];
         // Every message is compressed at least once (its last block carries the length), and
         // the first compression's `v3 ^= m` touches neither v0 nor v1 before these three
         // steps, so they are the same for every message: do them once, here.
@@ -72,6 +78,8 @@ impl KeyHasher {
         v0 = v0.rotate_left(32);
         Self {
             state: [v0, v1, v2, v3],
+            #[cfg(all(target_arch = "x86_64", not(loom)))]
+            initial_lanes,
             seed,
         }
     }
@@ -87,10 +95,34 @@ impl KeyHasher {
         self.seed
     }
 
-    #[inline]
+    /// Always inlined: out of line (as the inliner chose for string keys once the far-filter
+    /// path was added to `contains`) a 1M-key string lookup took 24 ns instead of 13.
+    #[inline(always)]
     pub(crate) fn hash<K: Key + ?Sized>(&self, key: &K) -> KeyHash {
         KeyHash {
             h1: self.sip13(key.key_bytes().as_ref()),
+        }
+    }
+
+    /// [`hash`](Self::hash), computed in two 128-bit vector registers instead of four
+    /// general-purpose ones: the same bits, for lookups in a filter far larger than the CPU
+    /// cache (see `probe::FAR_FILTER_BYTES`, which says why). With `AVX512`, each rotation
+    /// is one AVX-512VL `vprolvq` instead of two shifts and an OR.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must support AVX2, and AVX-512F and AVX-512VL if `AVX512`.
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    #[allow(unsafe_code)]
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(crate) unsafe fn hash_in_lanes<const AVX512: bool, K: Key + ?Sized>(
+        &self,
+        key: &K,
+    ) -> KeyHash {
+        // SAFETY: the caller's guarantee.
+        KeyHash {
+            h1: unsafe { lanes::sip13::<AVX512>(&self.initial_lanes, key.key_bytes().as_ref()) },
         }
     }
 
@@ -155,6 +187,151 @@ fn tail_le(tail: &[u8]) -> u64 {
         out |= u64::from(one) << shift;
     }
     out
+}
+
+/// SipHash-1-3 with its state in two 128-bit registers, `a = (v0, v2)` and `b = (v1, v3)`.
+///
+/// A SipRound's steps pair up across the halves (`v0 += v1` beside `v2 += v3`, and so on), so
+/// each pair is one vector instruction; the rotations by different amounts are variable
+/// shifts, the rotations by 32 one dword shuffle, and the second half's crossed pairs
+/// (`v0 += v3`, `v2 += v1`) one swap of the other register's halves. That is sixteen vector
+/// instructions per SipRound with AVX2 (a rotation is two shifts and an OR) and ten with
+/// AVX-512VL (one `vprolvq`), against fourteen integer ones, with a longer chain; so for a
+/// filter in cache it is slower, and its point is the integer registers it leaves free
+/// (see `probe::FAR_FILTER_BYTES`).
+#[cfg(all(target_arch = "x86_64", not(loom)))]
+mod lanes {
+    #![allow(unsafe_code)]
+    use std::arch::asm;
+    use std::arch::x86_64::{
+        __m128i, _mm_add_epi64, _mm_cvtsi64_si128, _mm_cvtsi128_si64, _mm_loadu_si128,
+        _mm_or_si128, _mm_set_epi64x, _mm_shuffle_epi32, _mm_slli_si128, _mm_sllv_epi64,
+        _mm_srlv_epi64, _mm_unpackhi_epi64, _mm_xor_si128,
+    };
+
+    use super::tail_le;
+
+    /// SipHash-1-3 of `msg` from the keyed state `initial = [v0, v2, v1, v3]`; bit for bit
+    /// [`KeyHasher::sip13`](super::KeyHasher::sip13).
+    ///
+    /// # Safety
+    ///
+    /// The CPU must support AVX2, and AVX-512F and AVX-512VL if `AVX512`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn sip13<const AVX512: bool>(initial: &[u64; 4], msg: &[u8]) -> u64 {
+        // SAFETY: AVX2 intrinsics on a CPU with AVX2 (the caller's guarantee): register-only
+        // ones (safe in an AVX2 function from Rust 1.87, `unsafe fn` at the crate's
+        // rust-version 1.85, hence the allow) and two 16-byte unaligned loads from
+        // `initial`, 32 initialised bytes; `compress` and `round` need what this needs.
+        #[allow(unused_unsafe)]
+        unsafe {
+            let p = initial.as_ptr().cast::<__m128i>();
+            let (mut a, mut b) = (_mm_loadu_si128(p), _mm_loadu_si128(p.add(1)));
+            let mut blocks = msg.chunks_exact(8);
+            let last = ((msg.len() as u64) << 56) | tail_le(blocks.remainder());
+            for block in blocks.by_ref() {
+                let m = u64::from_le_bytes(block.try_into().expect("an 8-byte block"));
+                compress::<AVX512>(&mut a, &mut b, m);
+            }
+            compress::<AVX512>(&mut a, &mut b, last);
+            // v2 ^= 0xff
+            a = _mm_xor_si128(a, _mm_set_epi64x(0xff, 0));
+            round::<AVX512>(&mut a, &mut b);
+            round::<AVX512>(&mut a, &mut b);
+            round::<AVX512>(&mut a, &mut b);
+            // v0 ^ v1 ^ v2 ^ v3
+            let x = _mm_xor_si128(a, b);
+            _mm_cvtsi128_si64(_mm_xor_si128(x, _mm_unpackhi_epi64(x, x))) as u64
+        }
+    }
+
+    /// `v3 ^= m; SipRound; v0 ^= m`.
+    ///
+    /// # Safety
+    ///
+    /// As [`sip13`].
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn compress<const AVX512: bool>(a: &mut __m128i, b: &mut __m128i, m: u64) {
+        // SAFETY: register-only AVX2 intrinsics, AVX2 enabled; `round` needs what this needs.
+        #[allow(unused_unsafe)]
+        unsafe {
+            let m = _mm_cvtsi64_si128(m as i64);
+            *b = _mm_xor_si128(*b, _mm_slli_si128::<8>(m));
+            round::<AVX512>(a, b);
+            *a = _mm_xor_si128(*a, m);
+        }
+    }
+
+    /// One SipRound on `a = (v0, v2)`, `b = (v1, v3)`.
+    ///
+    /// # Safety
+    ///
+    /// As [`sip13`].
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn round<const AVX512: bool>(a: &mut __m128i, b: &mut __m128i) {
+        // The dword shuffles: 0x4E swaps the two 64-bit halves, 0xE1 rotates the low half by
+        // 32 bits (swaps its dwords), 0xB4 the high half.
+        // SAFETY: register-only AVX2 intrinsics, AVX2 enabled; `rotl` needs what this needs.
+        #[allow(unused_unsafe)]
+        unsafe {
+            // v0 += v1; v2 += v3
+            *a = _mm_add_epi64(*a, *b);
+            // v1 = rotl(v1, 13) ^ v0; v3 = rotl(v3, 16) ^ v2
+            *b = _mm_xor_si128(rotl::<AVX512>(*b, 13, 16), *a);
+            // v0 = rotl(v0, 32)
+            *a = _mm_shuffle_epi32::<0xE1>(*a);
+            // v0 += v3; v2 += v1
+            *a = _mm_add_epi64(*a, _mm_shuffle_epi32::<0x4E>(*b));
+            // v1 = rotl(v1, 17) ^ v2; v3 = rotl(v3, 21) ^ v0
+            *b = _mm_xor_si128(rotl::<AVX512>(*b, 17, 21), _mm_shuffle_epi32::<0x4E>(*a));
+            // v2 = rotl(v2, 32)
+            *a = _mm_shuffle_epi32::<0xB4>(*a);
+        }
+    }
+
+    /// The low half rotated left by `lo` bits, the high half by `hi` (both in `1..64`).
+    ///
+    /// AVX-512VL's `vprolvq` is written as inline assembly: its intrinsic and target feature
+    /// are stable only from Rust 1.89, above this crate's rust-version (1.85).
+    ///
+    /// # Safety
+    ///
+    /// As [`sip13`].
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn rotl<const AVX512: bool>(x: __m128i, lo: i64, hi: i64) -> __m128i {
+        // SAFETY: register-only AVX2 intrinsics, AVX2 enabled.
+        #[allow(unused_unsafe)]
+        let counts = unsafe { _mm_set_epi64x(hi, lo) };
+        if AVX512 {
+            let out: __m128i;
+            // SAFETY: `vprolvq` on xmm registers needs AVX-512F and AVX-512VL, which the
+            // caller guarantees with `AVX512`; it reads and writes only the registers named,
+            // touches neither memory, the stack nor the flags.
+            unsafe {
+                asm!(
+                    "vprolvq {out}, {x}, {counts}",
+                    out = lateout(xmm_reg) out,
+                    x = in(xmm_reg) x,
+                    counts = in(xmm_reg) counts,
+                    options(pure, nomem, nostack, preserves_flags),
+                );
+            }
+            out
+        } else {
+            // SAFETY: as above.
+            #[allow(unused_unsafe)]
+            unsafe {
+                _mm_or_si128(
+                    _mm_sllv_epi64(x, counts),
+                    _mm_srlv_epi64(x, _mm_set_epi64x(64 - hi, 64 - lo)),
+                )
+            }
+        }
+    }
 }
 
 /// One SipRound.
@@ -225,6 +402,52 @@ mod tests {
             }
             let x: u64 = rng.random();
             assert_eq!(ours.hash(&x).h1, reference.hash(&x.to_le_bytes()));
+        }
+    }
+
+    /// The vector form against the same reference: every length from 0 to 64 bytes, random
+    /// bytes and keys. A filter far out of cache looks up with it and inserts with the
+    /// scalar form, so any bit of difference would answer "absent" for a present key.
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    #[test]
+    #[allow(unsafe_code)]
+    fn hash_in_lanes_matches_siphasher_on_every_length() {
+        use rand::{Rng, SeedableRng};
+        use siphasher::sip::SipHasher13;
+
+        if !std::arch::is_x86_feature_detected!("avx2") {
+            eprintln!("SKIPPED: this CPU has no AVX2, the vector hash is never used");
+            return;
+        }
+        let avx512 = crate::probe::has_avx512_rotates();
+        if !avx512 {
+            eprintln!("this CPU has no AVX-512VL: only the AVX2 form of the vector hash tested");
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0x1a2e);
+        for _ in 0..200 {
+            let seed: u128 = rng.random();
+            let ours = KeyHasher::new(seed);
+            let reference = SipHasher13::new_with_key(&seed.to_le_bytes());
+            for len in 0..=64 {
+                let msg: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+                let want = reference.hash(&msg);
+                // SAFETY: AVX2 was detected above.
+                let got = unsafe { ours.hash_in_lanes::<false, _>(msg.as_slice()) };
+                assert_eq!(got.h1, want, "AVX2, len {len}");
+                if avx512 {
+                    // SAFETY: AVX-512F and AVX-512VL were detected above.
+                    let got = unsafe { ours.hash_in_lanes::<true, _>(msg.as_slice()) };
+                    assert_eq!(got.h1, want, "AVX-512, len {len}");
+                }
+            }
+            let x: u64 = rng.random();
+            let want = reference.hash(&x.to_le_bytes());
+            // SAFETY: as above.
+            assert_eq!(unsafe { ours.hash_in_lanes::<false, _>(&x) }.h1, want);
+            if avx512 {
+                // SAFETY: as above.
+                assert_eq!(unsafe { ours.hash_in_lanes::<true, _>(&x) }.h1, want);
+            }
         }
     }
 }

@@ -20,19 +20,25 @@
 //! more, and the bits missing from the two halves of the line are OR-ed and checked with
 //! one `vptest`: no table, no permutes, no dependence on `k`.
 //!
+//! **Filters far out of cache** ([`FAR_FILTER_BYTES`] and more) also hash in vector
+//! registers ([`KeyHasher::hash_in_lanes`]), and test with the same AVX2 functions.
+//!
 //! AVX-512 would test a group with fewer instructions still (`vpermq` over the whole line),
 //! but its intrinsics and target feature are stable only from Rust 1.89, above this crate's
-//! `rust-version`; AVX2 is the widest stable option at 1.85.
+//! `rust-version`; AVX2 is the widest stable option at 1.85. The one AVX-512 instruction used,
+//! the vector hash's `vprolvq`, is inline assembly for that reason.
 
+use crate::Key;
 use crate::bit_vector::Line;
-use crate::hasher::KeyHash;
+use crate::hasher::{KeyHash, KeyHasher};
 use crate::sync::Ordering::Relaxed;
 
-/// How a filter tests its blocks: chosen once, when the filter is made ([`Probe::detect`]),
-/// and kept in the filter so that a lookup pays one predictable branch for the choice.
+/// How a filter hashes a key and tests its block: chosen once, when the filter is made
+/// ([`Probe::for_filter_of`]), and kept in the filter so that a lookup pays one predictable
+/// branch for the choice.
 ///
 /// The variant is private to this module: a `Probe` that names a SIMD path can only come from
-/// [`Probe::detect`], which is what makes calling that path sound.
+/// [`Probe::for_filter_of`], which is what makes calling that path sound.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Probe(Kind);
 
@@ -42,20 +48,97 @@ enum Kind {
     /// Only constructed after `is_x86_feature_detected!("avx2")` returned true.
     #[cfg(all(target_arch = "x86_64", not(loom)))]
     Avx2,
+    /// [`Kind::Avx2`] that also hashes in vector registers
+    /// ([`KeyHasher::hash_in_lanes`]), rotating with two shifts and an OR: for filters of
+    /// [`FAR_FILTER_BYTES`] and more. Only constructed after
+    /// `is_x86_feature_detected!("avx2")` returned true.
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    Avx2HashInLanes,
+    /// [`Kind::Avx2HashInLanes`] rotating with one AVX-512VL `vprolvq`. Only constructed
+    /// after [`has_avx512_rotates`] returned true as well.
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    Avx512HashInLanes,
 }
+
+/// Whether this CPU has AVX-512F and AVX-512VL, which the vector hash's one-instruction
+/// rotation (`vprolvq` on 128-bit registers) needs.
+#[cfg(all(target_arch = "x86_64", not(loom)))]
+pub(crate) fn has_avx512_rotates() -> bool {
+    std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512vl")
+}
+
+/// The size from which a filter's lookups hash in vector registers.
+///
+/// A lookup in a filter far larger than the CPU cache waits for its line from memory, and
+/// what it costs is how many lookups the core can keep waiting at once: their misses
+/// overlap. Each waiting lookup holds every register it wrote until it retires, and
+/// SipHash-1-3 writes about seventy integer registers for an 8-byte key and a hundred for a
+/// 24-byte one, so the integer register file, not the memory, looks to be what runs out
+/// (this VM has no counters to observe it; the measured effect is what decided). Hashed in
+/// vector registers, which are counted apart, the same lookups overlap more:
+/// `contains_{hit,miss}/{u64,str}/50M` (about 60 MB) got 20–35% faster. In cache the vector
+/// form is slower (its SipRound is a longer chain): 300k and 1M keys (0.4 and 1.2 MB) got
+/// 30–60% slower in the same scratch runs, and 3.7 MB was a draw. 8 MiB is past that draw
+/// with room: on a server the filter shares the last-level cache with everything else the
+/// process touches.
+pub(crate) const FAR_FILTER_BYTES: usize = 8 << 20;
 
 impl Probe {
     /// The portable fallback, on any CPU (the tests force it to compare the paths).
     pub(crate) const SCALAR: Probe = Probe(Kind::Scalar);
 
-    /// The fastest implementation this CPU runs. `is_x86_feature_detected!` caches the CPUID
-    /// answer process-wide, so this is cheap, and it is called once per filter.
-    pub(crate) fn detect() -> Probe {
+    /// The fastest implementation this CPU runs for a filter of `bytes` bytes of bits.
+    /// `is_x86_feature_detected!` caches the CPUID answer process-wide, so this is cheap, and
+    /// it is called once per filter.
+    pub(crate) fn for_filter_of(bytes: usize) -> Probe {
+        let far = bytes >= FAR_FILTER_BYTES;
         #[cfg(all(target_arch = "x86_64", not(loom)))]
         if std::arch::is_x86_feature_detected!("avx2") {
-            return Probe(Kind::Avx2);
+            return Probe(if !far {
+                Kind::Avx2
+            } else if has_avx512_rotates() {
+                Kind::Avx512HashInLanes
+            } else {
+                Kind::Avx2HashInLanes
+            });
         }
+        // The portable path hashes one way whatever the size.
+        let _ = far;
         Probe::SCALAR
+    }
+
+    /// The fastest implementation for a filter in cache (the tests compare it with
+    /// [`SCALAR`](Self::SCALAR)).
+    #[cfg(test)]
+    pub(crate) fn detect() -> Probe {
+        Probe::for_filter_of(0)
+    }
+
+    /// Every SIMD path this CPU runs (the tests compare each with [`SCALAR`](Self::SCALAR)).
+    #[cfg(test)]
+    pub(crate) fn simd_paths() -> Vec<Probe> {
+        let mut paths = vec![
+            Probe::for_filter_of(0),
+            Probe::for_filter_of(FAR_FILTER_BYTES),
+        ];
+        paths.retain(|p| p.is_simd());
+        // The AVX2 form of the vector hash, which a CPU with AVX-512VL never picks.
+        #[cfg(all(target_arch = "x86_64", not(loom)))]
+        if paths.contains(&Probe(Kind::Avx512HashInLanes)) {
+            paths.push(Probe(Kind::Avx2HashInLanes));
+        }
+        paths
+    }
+
+    /// Whether this path hashes in vector registers (the tests check which path they run).
+    #[cfg(test)]
+    pub(crate) fn hashes_in_lanes(self) -> bool {
+        #[cfg(all(target_arch = "x86_64", not(loom)))]
+        if matches!(self.0, Kind::Avx2HashInLanes | Kind::Avx512HashInLanes) {
+            return true;
+        }
+        false
     }
 
     /// Whether this is a SIMD implementation (the tests check they exercise one).
@@ -73,31 +156,93 @@ impl Probe {
             #[cfg(all(target_arch = "x86_64", not(loom)))]
             #[allow(unsafe_code)]
             // SAFETY: `contains_avx2` is only unsafe to call because it is compiled for AVX2;
-            // `Kind::Avx2` is only ever constructed by `Probe::detect` after
+            // both AVX2 kinds are only ever constructed by `Probe::for_filter_of` after
             // `is_x86_feature_detected!("avx2")` returned true, so this CPU has AVX2.
-            Kind::Avx2 => unsafe { x86::contains_avx2(block, h.h1, k) },
+            Kind::Avx2 | Kind::Avx2HashInLanes | Kind::Avx512HashInLanes => unsafe {
+                x86::contains_avx2(block, h.h1, k)
+            },
         }
     }
 
-    /// A whole SplitBlock lookup: `locate` hashes the key and returns its block and split
-    /// word, then the eight bits are tested. With AVX2, `locate` is inlined into the AVX2
-    /// function (a function compiled for AVX2 cannot be inlined into one that is not, but
-    /// the reverse is allowed), so the hash, the block index and the test are one call's
-    /// straight-line code rather than a hash, a call and a test.
+    /// A whole Blocked lookup: `key` hashed with `hasher`, its block found by `block_of`,
+    /// and its `k` bits tested. Only the far kinds ([`Kind::Avx2HashInLanes`],
+    /// [`Kind::Avx512HashInLanes`]) hash inside the AVX2 function; the others hash first
+    /// (Blocked measured 2–3% slower hashing inside, `contains_hit/u64/{300k,1M}`,
+    /// alternated runs).
     #[inline(always)]
-    pub(crate) fn contains_split_located<'a>(
+    pub(crate) fn contains_key<'a, K: Key + ?Sized>(
         self,
-        locate: impl FnOnce() -> (&'a Line, u64),
+        hasher: &KeyHasher,
+        key: &K,
+        block_of: impl FnOnce(KeyHash) -> &'a Line,
+        k: u32,
     ) -> bool {
+        // One arm per far kind, each calling its own instance of `contains_far`. One far arm
+        // choosing the rotations inside (in one function, or in an out-of-line dispatcher)
+        // made Blocked's 50M lookups 10–25% slower in alternated runs, though the lookup
+        // function it reached compiled to the same instructions: what changed was the path
+        // to it.
         match self.0 {
+            #[cfg(all(target_arch = "x86_64", not(loom)))]
+            #[allow(unsafe_code)]
+            // SAFETY: as in `contains`: the AVX2 kinds mean this CPU has AVX2.
+            Kind::Avx2HashInLanes => unsafe {
+                x86::contains_far::<false, _>(hasher, key, block_of, k)
+            },
+            #[cfg(all(target_arch = "x86_64", not(loom)))]
+            #[allow(unsafe_code)]
+            // SAFETY: `Kind::Avx512HashInLanes` is only constructed by `for_filter_of` after
+            // both AVX2 and `has_avx512_rotates` were detected.
+            Kind::Avx512HashInLanes => unsafe {
+                x86::contains_far::<true, _>(hasher, key, block_of, k)
+            },
+            _ => {
+                let h = hasher.hash(key);
+                self.contains(block_of(h), h, k)
+            }
+        }
+    }
+
+    /// A whole SplitBlock lookup: `key` hashed with `hasher`, its block found by
+    /// `block_of`, and its eight bits tested. With AVX2 the hash and `block_of` are inlined
+    /// into the AVX2 function (a function compiled for AVX2 cannot be inlined into one that
+    /// is not, but the reverse is allowed), so the hash, the block index and the test are
+    /// one call's straight-line code rather than a hash, a call and a test: 2–4% faster than
+    /// hashing first (`contains_hit/u64/{300k,1M}`, alternated runs).
+    #[inline(always)]
+    pub(crate) fn contains_split_key<'a, K: Key + ?Sized>(
+        self,
+        hasher: &KeyHasher,
+        key: &K,
+        block_of: impl FnOnce(KeyHash) -> &'a Line,
+    ) -> bool {
+        // One arm per far kind, as in `contains_key`.
+        match self.0 {
+            #[cfg(all(target_arch = "x86_64", not(loom)))]
+            #[allow(unsafe_code)]
+            // SAFETY: as in `contains_key`.
+            Kind::Avx2HashInLanes => unsafe {
+                x86::contains_split_far::<false, _>(hasher, key, block_of)
+            },
+            #[cfg(all(target_arch = "x86_64", not(loom)))]
+            #[allow(unsafe_code)]
+            // SAFETY: as in `contains_key`.
+            Kind::Avx512HashInLanes => unsafe {
+                x86::contains_split_far::<true, _>(hasher, key, block_of)
+            },
             Kind::Scalar => {
-                let (block, word) = locate();
-                contains_split_scalar(block, word)
+                let h = hasher.hash(key);
+                contains_split_scalar(block_of(h), h.split_word())
             }
             #[cfg(all(target_arch = "x86_64", not(loom)))]
             #[allow(unsafe_code)]
             // SAFETY: as in `contains`: `Kind::Avx2` means this CPU has AVX2.
-            Kind::Avx2 => unsafe { x86::contains_split_located_avx2(locate) },
+            Kind::Avx2 => unsafe {
+                x86::contains_split_located_avx2(|| {
+                    let h = hasher.hash(key);
+                    (block_of(h), h.split_word())
+                })
+            },
         }
     }
 
@@ -108,8 +253,10 @@ impl Probe {
             Kind::Scalar => contains_split_scalar(block, word),
             #[cfg(all(target_arch = "x86_64", not(loom)))]
             #[allow(unsafe_code)]
-            // SAFETY: as in `contains`: `Kind::Avx2` means this CPU has AVX2.
-            Kind::Avx2 => unsafe { x86::contains_split_avx2(block, word) },
+            // SAFETY: as in `contains`: the AVX2 kinds mean this CPU has AVX2.
+            Kind::Avx2 | Kind::Avx2HashInLanes | Kind::Avx512HashInLanes => unsafe {
+                x86::contains_split_avx2(block, word)
+            },
         }
     }
 }
@@ -151,8 +298,9 @@ mod x86 {
         _mm256_testc_si256, _mm256_testz_si256, _mm256_xor_si256,
     };
 
+    use crate::Key;
     use crate::bit_vector::Line;
-    use crate::hasher::{MIX_MULTIPLIERS, MIX_SHIFT, mix};
+    use crate::hasher::{KeyHash, KeyHasher, MIX_MULTIPLIERS, MIX_SHIFT, mix};
 
     /// In-block offsets per 64-bit word of hash: 9-bit fields, seven to a word.
     const PER_WORD: u32 = 7;
@@ -208,10 +356,20 @@ mod x86 {
     pub(super) unsafe fn contains_avx2(block: &Line, h1: u64, k: u32) -> bool {
         // SAFETY: `load_line`, `mix_lanes`, `group_of_lanes` and `more_groups` need AVX2,
         // which this function is only called with.
+        unsafe { contains_h2_avx2(block, mix_lanes(_mm256_set1_epi64x(h1 as i64)), k) }
+    }
+
+    /// [`contains_avx2`] with `h2` already in every lane of `v`.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must support AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn contains_h2_avx2(block: &Line, v: __m256i, k: u32) -> bool {
+        // SAFETY: AVX2, the caller's guarantee.
         unsafe {
             let (lo, hi) = load_line(block);
-            // `h2` in every lane.
-            let v = mix_lanes(_mm256_set1_epi64x(h1 as i64));
             if k <= PER_WORD {
                 group_of_lanes(lo, hi, v, k)
             } else {
@@ -316,6 +474,49 @@ mod x86 {
         let (block, word) = locate();
         // SAFETY: AVX2, the caller's guarantee.
         unsafe { contains_split_avx2(block, word) }
+    }
+
+    /// [`contains_avx2`] of `key`, hashed in vector registers ([`KeyHasher::hash_in_lanes`]).
+    /// `h2 = mix(h1)` goes back to integer registers, which the hash left free:
+    /// `contains_{hit,miss}/u64/50M` 48–51 ns that way, 58–59 with `mix` in lanes as
+    /// `contains_avx2` has it (alternated runs).
+    ///
+    /// # Safety
+    ///
+    /// The CPU must support AVX2, and AVX-512F and AVX-512VL if `AVX512`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn contains_far<'a, const AVX512: bool, K: Key + ?Sized>(
+        hasher: &KeyHasher,
+        key: &K,
+        block_of: impl FnOnce(KeyHash) -> &'a Line,
+        k: u32,
+    ) -> bool {
+        // SAFETY: the caller's guarantee.
+        unsafe {
+            let h = hasher.hash_in_lanes::<AVX512, _>(key);
+            contains_h2_avx2(block_of(h), _mm256_set1_epi64x(h.h2() as i64), k)
+        }
+    }
+
+    /// [`contains_split_avx2`] of `key`, hashed in vector registers
+    /// ([`KeyHasher::hash_in_lanes`]).
+    ///
+    /// # Safety
+    ///
+    /// The CPU must support AVX2, and AVX-512F and AVX-512VL if `AVX512`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn contains_split_far<'a, const AVX512: bool, K: Key + ?Sized>(
+        hasher: &KeyHasher,
+        key: &K,
+        block_of: impl FnOnce(KeyHash) -> &'a Line,
+    ) -> bool {
+        // SAFETY: the caller's guarantee.
+        unsafe {
+            let h = hasher.hash_in_lanes::<AVX512, _>(key);
+            contains_split_avx2(block_of(h), h.split_word())
+        }
     }
 
     /// Probes 7.. of a `k > 7` filter, out of line so that the common `k ≤ 7` path saves no
