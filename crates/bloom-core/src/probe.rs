@@ -34,30 +34,43 @@ use crate::hasher::{KeyHash, KeyHasher};
 use crate::sync::Ordering::Relaxed;
 
 /// How a filter hashes a key and tests its block: chosen once, when the filter is made
-/// ([`Probe::for_filter_of`]), and kept in the filter so that a lookup pays one predictable
-/// branch for the choice.
+/// ([`Probe::for_filter_of`]), and kept in the filter so that a lookup pays a predictable
+/// branch or two for the choice.
 ///
-/// The variant is private to this module: a `Probe` that names a SIMD path can only come from
-/// [`Probe::for_filter_of`], which is what makes calling that path sound.
+/// Two fields rather than one enum of every combination: a four-way match on one byte compiled
+/// to a jump table, which cost the in-cache SplitBlock lookup 3–4% (`contains_hit/u64/300k`,
+/// alternated runs); two small matches compile to compares.
+///
+/// The variants are private to this module: a `Probe` that names a SIMD path can only come
+/// from [`Probe::for_filter_of`], which is what makes calling that path sound.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Probe(Kind);
+pub(crate) struct Probe {
+    test: Kind,
+    hash: Hash,
+}
 
+/// How the line is tested.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Scalar,
     /// Only constructed after `is_x86_feature_detected!("avx2")` returned true.
     #[cfg(all(target_arch = "x86_64", not(loom)))]
     Avx2,
-    /// [`Kind::Avx2`] that also hashes in vector registers
-    /// ([`KeyHasher::hash_in_lanes`]), rotating with two shifts and an OR: for filters of
-    /// [`FAR_FILTER_BYTES`] and more. Only constructed after
-    /// `is_x86_feature_detected!("avx2")` returned true.
+}
+
+/// How a lookup hashes its key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Hash {
+    /// In general-purpose registers ([`KeyHasher::hash`]), before or inside the test.
+    Scalar,
+    /// In vector registers ([`KeyHasher::hash_in_lanes`]), rotating with two shifts and an
+    /// OR: for filters of [`FAR_FILTER_BYTES`] and more. Only with [`Kind::Avx2`].
     #[cfg(all(target_arch = "x86_64", not(loom)))]
-    Avx2HashInLanes,
-    /// [`Kind::Avx2HashInLanes`] rotating with one AVX-512VL `vprolvq`. Only constructed
-    /// after [`has_avx512_rotates`] returned true as well.
+    Avx2Lanes,
+    /// [`Hash::Avx2Lanes`] rotating with one AVX-512VL `vprolvq`. Only with [`Kind::Avx2`],
+    /// and only after [`has_avx512_rotates`] returned true as well.
     #[cfg(all(target_arch = "x86_64", not(loom)))]
-    Avx512HashInLanes,
+    Avx512Lanes,
 }
 
 /// Whether this CPU has AVX-512F and AVX-512VL, which the vector hash's one-instruction
@@ -77,16 +90,21 @@ pub(crate) fn has_avx512_rotates() -> bool {
 /// 24-byte one, so the integer register file, not the memory, looks to be what runs out
 /// (this VM has no counters to observe it; the measured effect is what decided). Hashed in
 /// vector registers, which are counted apart, the same lookups overlap more:
-/// `contains_{hit,miss}/{u64,str}/50M` (about 60 MB) got 20–35% faster. In cache the vector
-/// form is slower (its SipRound is a longer chain): 300k and 1M keys (0.4 and 1.2 MB) got
-/// 30–60% slower in the same scratch runs, and 3.7 MB was a draw. 8 MiB is past that draw
-/// with room: on a server the filter shares the last-level cache with everything else the
-/// process touches.
+/// `contains_{hit,miss}/{u64,str}/50M` (about 60 MB) went from 52–61 to 45–52 ns (`u64`) and
+/// from 78–87 to 59–65 ns (24-byte strings) with the AVX-512 rotations. In cache the vector
+/// form is slower, its SipRound being a longer chain: in a scratch loop (SplitBlock's lookup,
+/// scalar against vector hash) it was 6–60% slower at 0.4–2.5 MB, even (`u64`) or faster
+/// (strings) at 5 MB and faster from 7.5 MB on; the AVX2 form broke even between 7.5 and
+/// 10 MB for `u64` keys. 8 MiB also leaves room for the rest of what a server keeps in its
+/// last-level cache.
 pub(crate) const FAR_FILTER_BYTES: usize = 8 << 20;
 
 impl Probe {
     /// The portable fallback, on any CPU (the tests force it to compare the paths).
-    pub(crate) const SCALAR: Probe = Probe(Kind::Scalar);
+    pub(crate) const SCALAR: Probe = Probe {
+        test: Kind::Scalar,
+        hash: Hash::Scalar,
+    };
 
     /// The fastest implementation this CPU runs for a filter of `bytes` bytes of bits.
     /// `is_x86_feature_detected!` caches the CPUID answer process-wide, so this is cheap, and
@@ -95,13 +113,17 @@ impl Probe {
         let far = bytes >= FAR_FILTER_BYTES;
         #[cfg(all(target_arch = "x86_64", not(loom)))]
         if std::arch::is_x86_feature_detected!("avx2") {
-            return Probe(if !far {
-                Kind::Avx2
+            let hash = if !far {
+                Hash::Scalar
             } else if has_avx512_rotates() {
-                Kind::Avx512HashInLanes
+                Hash::Avx512Lanes
             } else {
-                Kind::Avx2HashInLanes
-            });
+                Hash::Avx2Lanes
+            };
+            return Probe {
+                test: Kind::Avx2,
+                hash,
+            };
         }
         // The portable path hashes one way whatever the size.
         let _ = far;
@@ -125,8 +147,11 @@ impl Probe {
         paths.retain(|p| p.is_simd());
         // The AVX2 form of the vector hash, which a CPU with AVX-512VL never picks.
         #[cfg(all(target_arch = "x86_64", not(loom)))]
-        if paths.contains(&Probe(Kind::Avx512HashInLanes)) {
-            paths.push(Probe(Kind::Avx2HashInLanes));
+        if let Some(&far) = paths.iter().find(|p| p.hash == Hash::Avx512Lanes) {
+            paths.push(Probe {
+                hash: Hash::Avx2Lanes,
+                ..far
+            });
         }
         paths
     }
@@ -134,39 +159,33 @@ impl Probe {
     /// Whether this path hashes in vector registers (the tests check which path they run).
     #[cfg(test)]
     pub(crate) fn hashes_in_lanes(self) -> bool {
-        #[cfg(all(target_arch = "x86_64", not(loom)))]
-        if matches!(self.0, Kind::Avx2HashInLanes | Kind::Avx512HashInLanes) {
-            return true;
-        }
-        false
+        self.hash != Hash::Scalar
     }
 
     /// Whether this is a SIMD implementation (the tests check they exercise one).
     #[cfg(test)]
     pub(crate) fn is_simd(self) -> bool {
-        self.0 != Kind::Scalar
+        self.test != Kind::Scalar
     }
 
     /// Whether every one of the `k` in-block bits that the key hash `h` names (through its
     /// second word `h.h2()`) is set in `block`.
     #[inline(always)]
     pub(crate) fn contains(self, block: &Line, h: KeyHash, k: u32) -> bool {
-        match self.0 {
+        match self.test {
             Kind::Scalar => contains_scalar(block, h.h2(), k),
             #[cfg(all(target_arch = "x86_64", not(loom)))]
             #[allow(unsafe_code)]
             // SAFETY: `contains_avx2` is only unsafe to call because it is compiled for AVX2;
-            // both AVX2 kinds are only ever constructed by `Probe::for_filter_of` after
+            // `Kind::Avx2` is only ever constructed by `Probe::for_filter_of` after
             // `is_x86_feature_detected!("avx2")` returned true, so this CPU has AVX2.
-            Kind::Avx2 | Kind::Avx2HashInLanes | Kind::Avx512HashInLanes => unsafe {
-                x86::contains_avx2(block, h.h1, k)
-            },
+            Kind::Avx2 => unsafe { x86::contains_avx2(block, h.h1, k) },
         }
     }
 
     /// A whole Blocked lookup: `key` hashed with `hasher`, its block found by `block_of`,
-    /// and its `k` bits tested. Only the far kinds ([`Kind::Avx2HashInLanes`],
-    /// [`Kind::Avx512HashInLanes`]) hash inside the AVX2 function; the others hash first
+    /// and its `k` bits tested. Only the vector hashes ([`Hash::Avx2Lanes`],
+    /// [`Hash::Avx512Lanes`]) are computed inside the AVX2 function; the scalar one first
     /// (Blocked measured 2–3% slower hashing inside, `contains_hit/u64/{300k,1M}`,
     /// alternated runs).
     #[inline(always)]
@@ -177,29 +196,26 @@ impl Probe {
         block_of: impl FnOnce(KeyHash) -> &'a Line,
         k: u32,
     ) -> bool {
-        // One arm per far kind, each calling its own instance of `contains_far`. One far arm
+        // One arm per vector hash, each calling its own instance of `contains_far`. One arm
         // choosing the rotations inside (in one function, or in an out-of-line dispatcher)
         // made Blocked's 50M lookups 10–25% slower in alternated runs, though the lookup
         // function it reached compiled to the same instructions: what changed was the path
         // to it.
-        match self.0 {
-            #[cfg(all(target_arch = "x86_64", not(loom)))]
-            #[allow(unsafe_code)]
-            // SAFETY: as in `contains`: the AVX2 kinds mean this CPU has AVX2.
-            Kind::Avx2HashInLanes => unsafe {
-                x86::contains_far::<false, _>(hasher, key, block_of, k)
-            },
-            #[cfg(all(target_arch = "x86_64", not(loom)))]
-            #[allow(unsafe_code)]
-            // SAFETY: `Kind::Avx512HashInLanes` is only constructed by `for_filter_of` after
-            // both AVX2 and `has_avx512_rotates` were detected.
-            Kind::Avx512HashInLanes => unsafe {
-                x86::contains_far::<true, _>(hasher, key, block_of, k)
-            },
-            _ => {
+        match self.hash {
+            Hash::Scalar => {
                 let h = hasher.hash(key);
                 self.contains(block_of(h), h, k)
             }
+            #[cfg(all(target_arch = "x86_64", not(loom)))]
+            #[allow(unsafe_code)]
+            // SAFETY: a vector hash comes only with `Kind::Avx2`, which means this CPU has
+            // AVX2 (see `contains`).
+            Hash::Avx2Lanes => unsafe { x86::contains_far::<false, _>(hasher, key, block_of, k) },
+            #[cfg(all(target_arch = "x86_64", not(loom)))]
+            #[allow(unsafe_code)]
+            // SAFETY: as above, and `Hash::Avx512Lanes` is only constructed after
+            // `has_avx512_rotates` returned true.
+            Hash::Avx512Lanes => unsafe { x86::contains_far::<true, _>(hasher, key, block_of, k) },
         }
     }
 
@@ -216,32 +232,32 @@ impl Probe {
         key: &K,
         block_of: impl FnOnce(KeyHash) -> &'a Line,
     ) -> bool {
-        // One arm per far kind, as in `contains_key`.
-        match self.0 {
-            #[cfg(all(target_arch = "x86_64", not(loom)))]
-            #[allow(unsafe_code)]
-            // SAFETY: as in `contains_key`.
-            Kind::Avx2HashInLanes => unsafe {
-                x86::contains_split_far::<false, _>(hasher, key, block_of)
-            },
-            #[cfg(all(target_arch = "x86_64", not(loom)))]
-            #[allow(unsafe_code)]
-            // SAFETY: as in `contains_key`.
-            Kind::Avx512HashInLanes => unsafe {
-                x86::contains_split_far::<true, _>(hasher, key, block_of)
-            },
-            Kind::Scalar => {
+        match (self.hash, self.test) {
+            (Hash::Scalar, Kind::Scalar) => {
                 let h = hasher.hash(key);
                 contains_split_scalar(block_of(h), h.split_word())
             }
             #[cfg(all(target_arch = "x86_64", not(loom)))]
             #[allow(unsafe_code)]
             // SAFETY: as in `contains`: `Kind::Avx2` means this CPU has AVX2.
-            Kind::Avx2 => unsafe {
+            (Hash::Scalar, Kind::Avx2) => unsafe {
                 x86::contains_split_located_avx2(|| {
                     let h = hasher.hash(key);
                     (block_of(h), h.split_word())
                 })
+            },
+            // One arm per vector hash, as in `contains_key`.
+            #[cfg(all(target_arch = "x86_64", not(loom)))]
+            #[allow(unsafe_code)]
+            // SAFETY: as in `contains_key`.
+            (Hash::Avx2Lanes, _) => unsafe {
+                x86::contains_split_far::<false, _>(hasher, key, block_of)
+            },
+            #[cfg(all(target_arch = "x86_64", not(loom)))]
+            #[allow(unsafe_code)]
+            // SAFETY: as in `contains_key`.
+            (Hash::Avx512Lanes, _) => unsafe {
+                x86::contains_split_far::<true, _>(hasher, key, block_of)
             },
         }
     }
@@ -249,14 +265,12 @@ impl Probe {
     /// Whether the eight bits that the SplitBlock `word` names are all set in `block`.
     #[inline(always)]
     pub(crate) fn contains_split(self, block: &Line, word: u64) -> bool {
-        match self.0 {
+        match self.test {
             Kind::Scalar => contains_split_scalar(block, word),
             #[cfg(all(target_arch = "x86_64", not(loom)))]
             #[allow(unsafe_code)]
-            // SAFETY: as in `contains`: the AVX2 kinds mean this CPU has AVX2.
-            Kind::Avx2 | Kind::Avx2HashInLanes | Kind::Avx512HashInLanes => unsafe {
-                x86::contains_split_avx2(block, word)
-            },
+            // SAFETY: as in `contains`: `Kind::Avx2` means this CPU has AVX2.
+            Kind::Avx2 => unsafe { x86::contains_split_avx2(block, word) },
         }
     }
 }
