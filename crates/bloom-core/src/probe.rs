@@ -90,8 +90,8 @@ pub(crate) fn has_avx512_rotates() -> bool {
 /// 24-byte one, so the integer register file, not the memory, looks to be what runs out
 /// (this VM has no counters to observe it; the measured effect is what decided). Hashed in
 /// vector registers, which are counted apart, the same lookups overlap more:
-/// `contains_{hit,miss}/{u64,str}/50M` (about 60 MB) went from 52–61 to 45–52 ns (`u64`) and
-/// from 78–87 to 59–65 ns (24-byte strings) with the AVX-512 rotations. In cache the vector
+/// `contains_{hit,miss}/{u64,str}/50M` (about 60 MB) went from 52–61 to 43–49 ns (`u64`) and
+/// from 78–87 to 56–66 ns (24-byte strings) with the AVX-512 rotations. In cache the vector
 /// form is slower, its SipRound being a longer chain: in a scratch loop (SplitBlock's lookup,
 /// scalar against vector hash) it was 6–60% slower at 0.4–2.5 MB, even (`u64`) or faster
 /// (strings) at 5 MB and faster from 7.5 MB on; the AVX2 form broke even between 7.5 and
