@@ -893,6 +893,46 @@ mod tests {
         (0..len).map(|_| rng.random()).collect()
     }
 
+    /// Every SIMD path this CPU has, on a copy of `scalar` (which uses the portable one):
+    /// each finds every member, singly and in a batch, and answers as the portable path does
+    /// for each of `others`; `answers` counts the (yes, no) answers compared.
+    fn assert_simd_paths_agree(
+        scalar: &BloomFilter,
+        members: &[Vec<u8>],
+        others: &[Vec<u8>],
+        answers: &mut (u32, u32),
+    ) {
+        assert_eq!(scalar.probe, Probe::SCALAR);
+        assert!(members.iter().all(|key| scalar.contains(key)));
+        for probe in Probe::simd_paths() {
+            let mut simd = scalar.clone();
+            simd.set_probe(probe);
+            assert!(members.iter().all(|key| simd.contains(key)), "{probe:?}");
+            assert!(simd.contains_many(members).iter().all(|&b| b), "{probe:?}");
+            for key in others {
+                let want = scalar.contains(key);
+                assert_eq!(
+                    simd.contains(key),
+                    want,
+                    "{probe:?} bits {}",
+                    scalar.num_bits()
+                );
+                if want { answers.0 += 1 } else { answers.1 += 1 }
+            }
+        }
+    }
+
+    /// Both answers were compared often on every SIMD path, where the CPU has them.
+    fn assert_both_answers_compared((yes, no): (u32, u32)) {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            assert!(
+                yes > 20_000 && no > 20_000,
+                "both answers exercised on both SIMD paths: {yes} / {no}"
+            );
+        }
+    }
+
     /// Every SIMD probe this CPU has (the one for filters in cache, the one that hashes in
     /// vector registers for filters far out of it) and the portable one give the same answer
     /// on random filters (sizes, `k` from 1 to 20 so that the refilled probes past the
@@ -903,7 +943,7 @@ mod tests {
         use rand::{Rng, SeedableRng};
 
         let mut rng = rand::rngs::StdRng::seed_from_u64(0xf11);
-        let (mut yes, mut no) = (0u32, 0u32);
+        let mut answers = (0, 0);
         for _ in 0..60 {
             let k = rng.random_range(1..=20);
             let bits = rng.random_range(1..=64) * 512;
@@ -920,24 +960,9 @@ mod tests {
                 scalar.insert(key);
             }
             let others: Vec<Vec<u8>> = (0..2_000).map(|_| random_key(&mut rng)).collect();
-            for probe in Probe::simd_paths() {
-                let mut simd = scalar.clone();
-                simd.set_probe(probe);
-                assert!(members.iter().all(|key| simd.contains(key)), "{probe:?}");
-                for key in &others {
-                    let want = scalar.contains(key);
-                    assert_eq!(simd.contains(key), want, "{probe:?} k {k} bits {bits}");
-                    if want { yes += 1 } else { no += 1 }
-                }
-            }
+            assert_simd_paths_agree(&scalar, &members, &others, &mut answers);
         }
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") {
-            assert!(
-                yes > 20_000 && no > 20_000,
-                "both answers exercised on both SIMD paths: {yes} / {no}"
-            );
-        }
+        assert_both_answers_compared(answers);
     }
 
     /// The same for SplitBlock (`contains_split`): random sizes, fills from a tenth of
@@ -948,7 +973,7 @@ mod tests {
         use rand::{Rng, SeedableRng};
 
         let mut rng = rand::rngs::StdRng::seed_from_u64(0x5b11);
-        let (mut yes, mut no) = (0u32, 0u32);
+        let mut answers = (0, 0);
         for _ in 0..60 {
             let bits = rng.random_range(1..=64) * 512;
             let mut scalar = BloomFilter::builder()
@@ -964,27 +989,10 @@ mod tests {
                 .map(|_| random_key(&mut rng))
                 .collect();
             scalar.insert_many(&members);
-            assert!(members.iter().all(|key| scalar.contains(key)));
             let others: Vec<Vec<u8>> = (0..2_000).map(|_| random_key(&mut rng)).collect();
-            for probe in Probe::simd_paths() {
-                let mut simd = scalar.clone();
-                simd.set_probe(probe);
-                assert!(members.iter().all(|key| simd.contains(key)), "{probe:?}");
-                assert!(simd.contains_many(&members).iter().all(|&b| b));
-                for key in &others {
-                    let want = scalar.contains(key);
-                    assert_eq!(simd.contains(key), want, "{probe:?} bits {bits}");
-                    if want { yes += 1 } else { no += 1 }
-                }
-            }
+            assert_simd_paths_agree(&scalar, &members, &others, &mut answers);
         }
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") {
-            assert!(
-                yes > 20_000 && no > 20_000,
-                "both answers exercised on both SIMD paths: {yes} / {no}"
-            );
-        }
+        assert_both_answers_compared(answers);
     }
 
     /// A filter of [`FAR_FILTER_BYTES`](crate::probe::FAR_FILTER_BYTES) or more hashes in

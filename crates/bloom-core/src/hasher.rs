@@ -382,8 +382,9 @@ mod tests {
         );
     }
 
-    /// The inlined SipHash-1-3 against the `siphasher` crate: every length from 0 to 64 bytes
-    /// (every tail length, one to eight blocks), random bytes and random 128-bit keys.
+    /// The inlined SipHash-1-3, scalar and (where the CPU runs them) vector, against the
+    /// `siphasher` crate: every length from 0 to 64 bytes (every tail length, one to eight
+    /// blocks), random bytes and random 128-bit keys.
     #[test]
     fn hash_matches_siphasher_on_every_length() {
         use rand::{Rng, SeedableRng};
@@ -399,55 +400,33 @@ mod tests {
                 let want = reference.hash(&msg);
                 assert_eq!(ours.hash(msg.as_slice()).h1, want, "len {len}");
                 assert_eq!(ours.hash(msg.as_slice()).h2(), mix(want));
-            }
-            let x: u64 = rng.random();
-            assert_eq!(ours.hash(&x).h1, reference.hash(&x.to_le_bytes()));
-        }
-    }
-
-    /// The vector form against the same reference: every length from 0 to 64 bytes, random
-    /// bytes and keys. A filter far out of cache looks up with it and inserts with the
-    /// scalar form, so any bit of difference would answer "absent" for a present key.
-    #[cfg(all(target_arch = "x86_64", not(loom)))]
-    #[test]
-    #[allow(unsafe_code)]
-    fn hash_in_lanes_matches_siphasher_on_every_length() {
-        use rand::{Rng, SeedableRng};
-        use siphasher::sip::SipHasher13;
-
-        if !std::arch::is_x86_feature_detected!("avx2") {
-            eprintln!("SKIPPED: this CPU has no AVX2, the vector hash is never used");
-            return;
-        }
-        let avx512 = crate::probe::has_avx512_rotates();
-        if !avx512 {
-            eprintln!("this CPU has no AVX-512VL: only the AVX2 form of the vector hash tested");
-        }
-        let mut rng = rand::rngs::StdRng::seed_from_u64(0x1a2e);
-        for _ in 0..200 {
-            let seed: u128 = rng.random();
-            let ours = KeyHasher::new(seed);
-            let reference = SipHasher13::new_with_key(&seed.to_le_bytes());
-            for len in 0..=64 {
-                let msg: Vec<u8> = (0..len).map(|_| rng.random()).collect();
-                let want = reference.hash(&msg);
-                // SAFETY: AVX2 was detected above.
-                let got = unsafe { ours.hash_in_lanes::<false, _>(msg.as_slice()) };
-                assert_eq!(got.h1, want, "AVX2, len {len}");
-                if avx512 {
-                    // SAFETY: AVX-512F and AVX-512VL were detected above.
-                    let got = unsafe { ours.hash_in_lanes::<true, _>(msg.as_slice()) };
-                    assert_eq!(got.h1, want, "AVX-512, len {len}");
-                }
+                #[cfg(all(target_arch = "x86_64", not(loom)))]
+                assert_hash_in_lanes_gives(&ours, &msg, want);
             }
             let x: u64 = rng.random();
             let want = reference.hash(&x.to_le_bytes());
-            // SAFETY: as above.
-            assert_eq!(unsafe { ours.hash_in_lanes::<false, _>(&x) }.h1, want);
-            if avx512 {
-                // SAFETY: as above.
-                assert_eq!(unsafe { ours.hash_in_lanes::<true, _>(&x) }.h1, want);
-            }
+            assert_eq!(ours.hash(&x).h1, want);
+            #[cfg(all(target_arch = "x86_64", not(loom)))]
+            assert_hash_in_lanes_gives(&ours, &x.to_le_bytes(), want);
+        }
+    }
+
+    /// [`KeyHasher::hash_in_lanes`], in every form this CPU runs, gives `want` for `msg`. A
+    /// filter far out of cache looks up with it and inserts with the scalar form, so any bit
+    /// of difference would answer "absent" for a present key.
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    #[allow(unsafe_code)]
+    fn assert_hash_in_lanes_gives(ours: &KeyHasher, msg: &[u8], want: u64) {
+        if !std::arch::is_x86_feature_detected!("avx2") {
+            return;
+        }
+        // SAFETY: AVX2 was detected above.
+        let got = unsafe { ours.hash_in_lanes::<false, _>(msg) };
+        assert_eq!(got.h1, want, "AVX2, len {}", msg.len());
+        if crate::probe::has_avx512_rotates() {
+            // SAFETY: AVX2, AVX-512F and AVX-512VL were detected.
+            let got = unsafe { ours.hash_in_lanes::<true, _>(msg) };
+            assert_eq!(got.h1, want, "AVX-512, len {}", msg.len());
         }
     }
 }
