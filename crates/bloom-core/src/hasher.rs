@@ -55,7 +55,9 @@ pub(crate) struct KeyHasher {
     /// of the first compression round: `v0 += v1; v1 = rotl(v1, 13) ^ v0; v0 = rotl(v0, 32)`.
     state: [u64; 4],
     /// The keyed initial state before that half round, in the vector form's lane order
-    /// `v0, v2, v1, v3` (see [`KeyHasher::hash_in_lanes`]).
+    /// `v0, v2, v1, v3` (see [`KeyHasher::hash_in_lanes`]). Kept rather than derived from
+    /// `seed` per lookup: two loads instead of four XORs and two inserts on a path whose cost
+    /// is its instruction count.
     #[cfg(all(target_arch = "x86_64", not(loom)))]
     initial_lanes: [u64; 4],
     seed: u128,
@@ -194,7 +196,7 @@ fn tail_le(tail: &[u8]) -> u64 {
 /// A SipRound's steps pair up across the halves (`v0 += v1` beside `v2 += v3`, and so on), so
 /// each pair is one vector instruction; the rotations by different amounts are variable
 /// shifts, the rotations by 32 one dword shuffle, and the second half's crossed pairs
-/// (`v0 += v3`, `v2 += v1`) one swap of the other register's halves. That is sixteen vector
+/// (`v0 += v3`, `v2 += v1`) one swap of the other register's halves. That is fourteen vector
 /// instructions per SipRound with AVX2 (a rotation is two shifts and an OR) and ten with
 /// AVX-512VL (one `vprolvq`), against fourteen integer ones, with a longer chain; so for a
 /// filter in cache it is slower, and its point is the integer registers it leaves free
