@@ -189,7 +189,8 @@ pub(crate) enum Kind {
     /// heartbeat. Words: its resync epoch (bumped when bits it could not publish were pushed
     /// into the segments instead, so receivers must pull before trusting it), then when it
     /// was sent (ms, on the sender's monotonic clock; absent from senders before it, which
-    /// receivers count from arrival).
+    /// receivers count from arrival), then the tag of the Redis data the sender last
+    /// reconciled with (absent from senders before it, which receivers trust on any data).
     Tick = 4,
     /// Records were committed on the sender: the words are the keys' keyed digests, for
     /// dropping cached "not found" answers.

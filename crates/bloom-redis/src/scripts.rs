@@ -56,6 +56,9 @@ pub(crate) struct Joined {
     pub(crate) incarnation: String,
     /// The segment size every instance must use (bits are found by it).
     pub(crate) segment_bytes: String,
+    /// The answering server's `run_id` (new at every start of the process, so after every
+    /// restart, even from a dump holding the same `incarnation`); empty if `INFO` is refused.
+    pub(crate) run_id: String,
 }
 
 /// The key layout written by this version (segments grouped under per-group hash tags, with
@@ -75,8 +78,9 @@ impl FromRedisValue for Joined {
             format,
             incarnation,
             segment_bytes,
-        ]: [String; 9] = values.try_into().map_err(|_| {
-            redis::RedisError::from((redis::ErrorKind::TypeError, "join: 9 fields expected"))
+            run_id,
+        ]: [String; 10] = values.try_into().map_err(|_| {
+            redis::RedisError::from((redis::ErrorKind::TypeError, "join: 10 fields expected"))
         })?;
         Ok(Self {
             shape: StoredShape {
@@ -90,14 +94,16 @@ impl FromRedisValue for Joined {
             format,
             incarnation,
             segment_bytes,
+            run_id,
         })
     }
 }
 
 /// Creates the config and generation if absent (first instance, or Redis restarted empty),
-/// then returns `[m, k, layout, seed, generation, building, format, incarnation, segment]`
-/// ([`Joined`]). KEYS: config, gen, building. ARGV: m, k, layout, seed, our generation,
-/// format, a fresh incarnation, segment bytes.
+/// then returns `[m, k, layout, seed, generation, building, format, incarnation, segment,
+/// run_id]` ([`Joined`]). KEYS: config, gen, building. ARGV: m, k, layout, seed, our
+/// generation, format, a fresh incarnation, segment bytes. `INFO` comes last: before Redis 5,
+/// a script could not write after it.
 pub(crate) fn join() -> Script {
     Script::new(
         r"
@@ -108,8 +114,10 @@ end
 redis.call('SET', KEYS[2], ARGV[5], 'NX')
 local c = redis.call('HMGET', KEYS[1], 'm', 'k', 'layout', 'seed', 'format', 'incarnation',
   'segment')
+local info = redis.pcall('INFO', 'server')
+local run_id = type(info) == 'string' and string.match(info, 'run_id:(%x+)') or ''
 return {c[1], c[2], c[3], c[4], redis.call('GET', KEYS[2]), redis.call('GET', KEYS[3]) or '',
-  c[5] or '', c[6] or '', c[7] or ''}
+  c[5] or '', c[6] or '', c[7] or '', run_id}
 ",
     )
 }

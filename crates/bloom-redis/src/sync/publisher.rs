@@ -331,7 +331,8 @@ impl Inner {
             if heartbeat {
                 let epoch = self.outbox.epoch.load(Relaxed);
                 let sent = self.freshness.now();
-                let message = protocol::encode(Kind::Tick, self.id, 0, &[epoch, sent]);
+                let tag = self.freshness.vouched();
+                let message = protocol::encode(Kind::Tick, self.id, 0, &[epoch, sent, tag]);
                 pipe.cmd("PUBLISH").arg(&channel).arg(message).ignore();
             }
             let mut conn = self.conn.clone();

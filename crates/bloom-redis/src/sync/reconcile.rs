@@ -127,6 +127,11 @@ impl Inner {
             Err(_) => {}
         }
         let mut report = result?;
+        // Every bit held here is now in this Redis data too (a first pass against it
+        // compared every segment): our heartbeats may vouch for it.
+        if let Some(incarnation) = lock(&self.incarnation).as_deref() {
+            self.freshness.reconciled_with(incarnation);
+        }
         self.freshness.pulled(pull_started);
         self.outbox.pushed(push_owed, push_covers);
         report.elapsed = started.elapsed();
@@ -198,18 +203,21 @@ impl Inner {
             return Err(Error::ShapeChanged);
         }
         let mut full = full;
-        {
-            let mut incarnation = lock(&self.incarnation);
-            if incarnation.as_deref() != Some(joined.incarnation.as_str()) {
-                if incarnation.is_some() {
-                    // Restarted empty, or restored from a dump: versions seen here mean
-                    // nothing there any more.
-                    tracing::warn!(prefix = %self.prefix, "Redis's data was replaced (restart or restore): comparing every segment");
-                }
-                self.ledger.forget_versions();
-                *incarnation = Some(joined.incarnation.clone());
-                full = true;
+        // The dataset's id and the server process's: a restart changes the second even when
+        // it loads a dump that holds the same first one (an old dump lacks writes made since).
+        let incarnation = format!("{}/{}", joined.incarnation, joined.run_id);
+        let replaced = {
+            let seen = lock(&self.incarnation);
+            let replaced = seen.as_deref() != Some(incarnation.as_str());
+            if replaced && seen.is_some() {
+                tracing::warn!(prefix = %self.prefix, "Redis restarted or its data was replaced: comparing every segment");
             }
+            replaced
+        };
+        if replaced {
+            // Versions seen here mean nothing there any more.
+            self.ledger.forget_versions();
+            full = true;
         }
         let remote = joined.generation.unwrap_or(local);
         let local = self.generation();
@@ -246,6 +254,9 @@ impl Inner {
             self.sync_generation(generation, pass, "", &mut report)
                 .await?;
         }
+        // Only now: a pass that failed before comparing every segment with this data leaves
+        // the next one to find it replaced, and to compare them all.
+        *lock(&self.incarnation) = Some(incarnation);
         Ok(report)
     }
 

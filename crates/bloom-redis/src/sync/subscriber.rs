@@ -69,7 +69,8 @@ impl Inner {
             Kind::Tick => {
                 let epoch = message.words.first().copied().unwrap_or(0);
                 let sent = message.words.get(1).copied();
-                if self.freshness.heartbeat(message.sender, epoch, sent) {
+                let tag = message.words.get(2).copied();
+                if self.freshness.heartbeat(message.sender, epoch, sent, tag) {
                     self.wake_reconcile.notify_one();
                 }
             }
