@@ -194,6 +194,20 @@ return 1
     )
 }
 
+/// A group's `all` count in its version hash `KEYS[1]` (0 before any write), and the
+/// `run_id` of the node holding it (empty if `INFO` is refused): on a cluster, a node other
+/// than the `{prefix}` one can restart from an old dump, or be replaced by a replica behind
+/// it, without anything else telling.
+pub(crate) fn group_state() -> Script {
+    Script::new(
+        r"
+local info = redis.pcall('INFO', 'server')
+local run_id = type(info) == 'string' and string.match(info, 'run_id:(%x+)') or ''
+return {redis.call('HGET', KEYS[1], 'all') or '0', run_id}
+",
+    )
+}
+
 /// For each segment `KEYS[2..]` (numbers `ARGV[1..]`, versions in hash `KEYS[1]`): its version and
 /// the SHA-1 of its bytes without trailing zeros, read together. The slow full pass compares
 /// them with the local segments' digests: only segments that differ are moved.

@@ -155,6 +155,83 @@ async fn a_fleet_on_a_cluster_spreads_its_segments_and_keeps_every_key_through_a
     assert!(holds(&d, &everything));
 }
 
+/// The nodes other than the `{prefix}` one restart from dumps taken before some keys were
+/// created: their bits are gone from Redis, and no subscription broke (every subscriber is
+/// on the `{prefix}` node), so A and B still hold the keys and nothing tells them. C, joining
+/// then, pulls the cluster in vain: it must not be fresh without the keys until A and B
+/// have read the restarted nodes, pushed the keys back and vouched for them, and it has
+/// pulled again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joiner_after_a_node_lost_writes_is_not_fresh_without_them() {
+    let Some(mut cluster) = cluster::start_cluster(3) else {
+        return;
+    };
+    let config_node = cluster.node_of_key("{fleet}:config");
+    let url = &cluster.node_urls()[config_node];
+    let (a, b) = (join(url).await, join(url).await);
+    let settled = |instances: &[&RedisSync<String>]| {
+        instances
+            .iter()
+            .all(|i| i.stats().fresh && i.stats().instances == instances.len())
+    };
+    eventually("A and B fresh, knowing each other", || settled(&[&a, &b])).await;
+    let others: Vec<usize> = (0..3).filter(|&n| n != config_node).collect();
+    let dumps: Vec<_> = others.iter().map(|&n| cluster.save_dump(n)).collect();
+    let created: Vec<String> = (0..40).map(|i| format!("lost:{i}")).collect();
+    for (i, key) in created.iter().enumerate() {
+        [&a, &b][i % 2].filter().insert(key);
+    }
+    a.propagated().await.unwrap();
+    b.propagated().await.unwrap();
+    eventually("A and B hold every key", || {
+        holds(&a, &created) && holds(&b, &created)
+    })
+    .await;
+    let segments_on = |cluster: &cluster::RedisCluster| -> usize {
+        others
+            .iter()
+            .map(|&n| {
+                cluster
+                    .keys_on(n)
+                    .iter()
+                    .filter(|k| k.contains(":seg"))
+                    .count()
+            })
+            .sum()
+    };
+    let before = segments_on(&cluster);
+    for (&node, dump) in others.iter().zip(&dumps) {
+        tokio::task::block_in_place(|| cluster.restart_from(node, dump));
+    }
+    let after = segments_on(&cluster);
+    assert!(
+        before > 0 && after == 0,
+        "the restarted nodes held {before} segments, and {after} after the restart"
+    );
+
+    let c = join(url).await;
+    let watched = Instant::now();
+    while !(c.stats().fresh && holds(&c, &created)) {
+        let stats = c.stats();
+        for key in &created {
+            assert!(
+                c.filter().contains(key),
+                "C answered \"absent\" for {key} {:?} after joining; C: {stats:?}",
+                watched.elapsed()
+            );
+        }
+        assert!(
+            watched.elapsed() < HANG,
+            "hang: C fresh with every key; C: {stats:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    eprintln!(
+        "two nodes lost {before} segments: C fresh with every key {:?} after joining",
+        watched.elapsed()
+    );
+}
+
 #[test]
 fn a_three_node_cluster_starts_with_every_slot_served() {
     let Some(cluster) = cluster::start_cluster(3) else {

@@ -12,8 +12,8 @@
 //!
 //! A heartbeat vouches for what its sender had published *into the Redis data it names*:
 //! each carries the tag of the data its sender last reconciled with (the dataset's id and the
-//! server process's, [`tag_of`]), and counts only if that is the data this instance last
-//! reconciled with. A Redis restarted from an old dump or empty has lost bits its senders
+//! server process's, on a cluster every node's: [`tag_of`]), and counts only if that is the
+//! data this instance last reconciled with. A Redis restarted from an old dump or empty has lost bits its senders
 //! published before, which the instances that missed the messages (in flight when Redis
 //! died) pulled from it in vain; their earlier heartbeats made those instances fresh without
 //! the keys (the fleet figures test answered "absent" 469 ms after a create returned, once in

@@ -129,8 +129,15 @@ impl Inner {
         let mut report = result?;
         // Every bit held here is now in this Redis data too (a first pass against it
         // compared every segment): our heartbeats may vouch for it.
-        if let Some(incarnation) = lock(&self.incarnation).as_deref() {
-            self.freshness.reconciled_with(incarnation);
+        if let Some(incarnation) = lock(&self.incarnation).clone() {
+            // On a cluster, also every node the groups were read from.
+            let nodes = self.ledger.nodes();
+            if nodes.is_empty() {
+                self.freshness.reconciled_with(&incarnation);
+            } else {
+                self.freshness
+                    .reconciled_with(&format!("{incarnation}|{nodes}"));
+            }
         }
         self.freshness.pulled(pull_started);
         self.outbox.pushed(push_owed, push_covers);

@@ -63,6 +63,9 @@ struct Book {
     groups: Vec<Option<u64>>,
     /// Segments holding local bits no write of ours has put in Redis.
     dirty: BTreeSet<u64>,
+    /// Per group, on a cluster: the `run_id` of the node it was last read from (`None`:
+    /// not yet read). Another one means the node restarted: its data may have gone back.
+    nodes: Vec<Option<String>>,
     /// Writes received ahead of one still missing (two instances' writes to one group can
     /// be published in the other order than Redis ran them): per group or segment, the
     /// versions whose bits are held, applied once the gap before them closes.
@@ -105,6 +108,7 @@ impl Ledger {
         let book = books.entry(generation).or_insert_with(|| Book {
             seen: vec![0; self.segments as usize],
             groups: vec![None; self.groups() as usize],
+            nodes: vec![None; self.groups() as usize],
             dirty: BTreeSet::new(),
             ahead_groups: HashMap::new(),
             ahead_segments: HashMap::new(),
@@ -182,6 +186,30 @@ impl Ledger {
         });
     }
 
+    /// Whether `group` of `generation` was last read from another node than `run_id`.
+    fn node_restarted(&self, generation: u64, group: u64, run_id: &str) -> bool {
+        self.with_book(generation, |book| {
+            book.nodes[group as usize]
+                .as_deref()
+                .is_some_and(|seen| seen != run_id)
+        })
+    }
+
+    fn set_node(&self, generation: u64, group: u64, run_id: String) {
+        self.with_book(generation, |book| book.nodes[group as usize] = Some(run_id));
+    }
+
+    /// The nodes every group held here was last read from, sorted, once each (empty on a
+    /// single Redis): part of what this instance vouches for.
+    pub(super) fn nodes(&self) -> String {
+        let books = lock(&self.books);
+        let nodes: BTreeSet<&str> = books
+            .values()
+            .flat_map(|book| book.nodes.iter().flatten().map(String::as_str))
+            .collect();
+        nodes.into_iter().collect::<Vec<_>>().join(",")
+    }
+
     fn group_held(&self, generation: u64, group: u64) -> Option<u64> {
         self.with_book(generation, |book| book.groups[group as usize])
     }
@@ -198,15 +226,31 @@ impl Ledger {
 }
 
 /// A group's `all` count in its version hash `key` (0 before any write): what the
-/// incremental pass compares with the one held.
-async fn group_count(conn: &mut Conn, key: &str) -> Result<u64, Error> {
+/// incremental pass compares with the one held; and on a cluster, the `run_id` of the node
+/// holding the group ([`scripts::group_state`]).
+async fn group_state(
+    conn: &mut Conn,
+    key: &str,
+    cluster: bool,
+) -> Result<(u64, Option<String>), Error> {
+    if cluster {
+        let (all, run_id): (u64, String) =
+            scripts::group_state().key(key).invoke_async(conn).await?;
+        return Ok((all, Some(run_id)));
+    }
     let all: Option<u64> = redis::cmd("HGET")
         .arg(key)
         .arg("all")
         .query_async(conn)
         .await?;
-    Ok(all.unwrap_or(0))
+    Ok((all.unwrap_or(0), None))
 }
+
+/// A group's `all` count and, on a cluster, the `run_id` of its node, as read in a pass.
+type GroupState = (u64, Option<String>);
+
+/// What a pass moves in one group, and the state to record once it did.
+type Selected = (BTreeSet<u64>, Option<GroupState>);
 
 /// The segments of `group`.
 fn segments_of(group: u64, segments: u64) -> std::ops::Range<u64> {
@@ -261,8 +305,9 @@ impl Inner {
     ) -> Result<(), Error> {
         let segments = self.segments();
         let groups = segments.div_ceil(SEGMENTS_PER_GROUP);
-        // Per group: the segments to move, and the `all` count to record once they are.
-        let mut selected: BTreeMap<u64, (BTreeSet<u64>, Option<u64>)> = BTreeMap::new();
+        // Per group: the segments to move, and the `all` count and node to record once they
+        // are.
+        let mut selected: BTreeMap<u64, Selected> = BTreeMap::new();
         for &s in dirty {
             selected.entry(group_of(s)).or_default().0.insert(s);
         }
@@ -277,27 +322,30 @@ impl Inner {
                 }
             }
             Pass::Changed => {
-                for (group, all, moved) in self.moved_segments(generation).await? {
+                for (group, state, moved) in self.moved_segments(generation).await? {
                     let entry = selected.entry(group).or_default();
                     entry.0.extend(moved);
-                    entry.1 = Some(all);
+                    entry.1 = Some(state);
                 }
             }
             Pass::Digests => {
-                for (group, all, differ) in self.differing_segments(generation).await? {
+                for (group, state, differ) in self.differing_segments(generation).await? {
                     let entry = selected.entry(group).or_default();
                     entry.0.extend(differ);
-                    entry.1 = Some(all);
+                    entry.1 = Some(state);
                 }
             }
         }
         let reports: Vec<ReconcileReport> = futures_util::stream::iter(selected)
-            .map(|(group, (segments, all))| async move {
+            .map(|(group, (segments, state))| async move {
                 let mut report = ReconcileReport::default();
                 self.move_segments(generation, &segments, token, &mut report)
                     .await?;
-                if let Some(all) = all {
+                if let Some((all, node)) = state {
                     self.ledger.set_group(generation, group, all);
+                    if let Some(node) = node {
+                        self.ledger.set_node(generation, group, node);
+                    }
                 }
                 Ok::<_, Error>(report)
             })
@@ -313,15 +361,31 @@ impl Inner {
         Ok(())
     }
 
-    /// Per group whose `all` count differs from the one held: its count and the segments
-    /// whose versions differ from the held ones.
-    async fn moved_segments(&self, generation: u64) -> Result<Vec<(u64, u64, Vec<u64>)>, Error> {
+    /// Per group whose `all` count differs from the one held: its state and the segments
+    /// whose versions differ from the held ones; every segment of a group whose node
+    /// restarted (its versions may have gone back to ones held here, with other bits).
+    async fn moved_segments(
+        &self,
+        generation: u64,
+    ) -> Result<Vec<(u64, GroupState, Vec<u64>)>, Error> {
         let segments = self.segments();
         let moved = self
             .each_group(|group| async move {
                 let mut conn = self.conn.clone();
                 let key = self.keys.versions(generation, group);
-                let all = group_count(&mut conn, &key).await?;
+                let (all, node) = group_state(&mut conn, &key, self.cfg.cluster).await?;
+                if let Some(run_id) = &node {
+                    if self.ledger.node_restarted(generation, group, run_id) {
+                        tracing::warn!(prefix = %self.prefix, generation, group, "the cluster node holding a group restarted: moving all its segments");
+                        return Ok(Some((
+                            group,
+                            (all, node),
+                            segments_of(group, segments).collect(),
+                        )));
+                    }
+                    // First read, or the same node: nothing to move for it.
+                    self.ledger.set_node(generation, group, run_id.clone());
+                }
                 if self.ledger.group_held(generation, group) == Some(all) {
                     return Ok(None);
                 }
@@ -336,7 +400,7 @@ impl Inner {
                         version != self.ledger.seen(generation, *s)
                     })
                     .collect();
-                Ok(Some((group, all, moved)))
+                Ok(Some((group, (all, node), moved)))
             })
             .await?;
         Ok(moved.into_iter().flatten().collect())
@@ -348,13 +412,13 @@ impl Inner {
     async fn differing_segments(
         &self,
         generation: u64,
-    ) -> Result<Vec<(u64, u64, Vec<u64>)>, Error> {
+    ) -> Result<Vec<(u64, GroupState, Vec<u64>)>, Error> {
         let segments = self.segments();
         let per_call = (DIGEST_BYTES_PER_CALL / self.cfg.segment_bytes).max(1);
         self.each_group(|group| async move {
             let mut conn = self.conn.clone();
             let versions = self.keys.versions(generation, group);
-            let all = group_count(&mut conn, &versions).await?;
+            let (all, node) = group_state(&mut conn, &versions, self.cfg.cluster).await?;
             let mut differ = Vec::new();
             let range: Vec<u64> = segments_of(group, segments).collect();
             for chunk in range.chunks(per_call as usize) {
@@ -376,7 +440,7 @@ impl Inner {
                     }
                 }
             }
-            Ok((group, all, differ))
+            Ok((group, (all, node), differ))
         })
         .await
     }

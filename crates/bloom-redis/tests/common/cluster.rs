@@ -1,5 +1,6 @@
 //! A throwaway **Redis Cluster** for the tests: `nodes` real `redis-server` processes in
-//! cluster mode on 127.0.0.1, each in its own temp dir, no persistence, joined by
+//! cluster mode on 127.0.0.1, each in its own temp dir, saving only when told to
+//! (`save_dump`, then `restart_from`: a node back from an old dump), joined by
 //! `redis-cli --cluster create` with no replicas (fewer than 3 nodes, which `redis-cli`
 //! refuses, are joined by hand: `CLUSTER ADDSLOTSRANGE` and `CLUSTER MEET`).
 //!
@@ -209,6 +210,37 @@ impl RedisCluster {
         String::from_utf8_lossy(&output.stdout).into_owned()
     }
 
+    /// `SAVE` on node `node`, and a copy of its `dump.rdb`, for [`restart_from`] later: "an
+    /// old dump" of that node's slots.
+    pub fn save_dump(&self, node: usize) -> PathBuf {
+        assert!(matches!(self.query(node, &["SAVE"]), Reply::Simple(_)));
+        let dir = &self.nodes[node].dir;
+        let copy = dir.with_extension(format!("saved-{}.rdb", self.nodes[node].port));
+        std::fs::copy(dir.join("dump.rdb"), &copy).expect("copy dump.rdb");
+        copy
+    }
+
+    /// SIGKILLs node `node` and starts it again on its port and in its dir (its
+    /// `nodes-P.conf`: the same node id and slots) loading `dump`; waits until the cluster
+    /// is whole again. Within the node timeout, no other node marks it failed.
+    pub fn restart_from(&mut self, node: usize, dump: &std::path::Path) {
+        let (port, dir) = (self.nodes[node].port, self.nodes[node].dir.clone());
+        let _ = self.nodes[node].child.kill();
+        let _ = self.nodes[node].child.wait();
+        std::fs::copy(dump, dir.join("dump.rdb")).expect("copy the dump in");
+        let mut restarted = Node {
+            child: spawn_server(port, &dir),
+            port,
+            dir,
+            paused: false,
+        };
+        if let Err(log) = restarted.wait_for_pong() {
+            panic!("redis-server on port {port} did not start again:\n{log}");
+        }
+        self.nodes[node] = restarted;
+        self.wait_until_ok();
+    }
+
     /// Spawns a node on `port` (or, if that port was taken meanwhile, on fresh ones) and
     /// waits for its PONG.
     fn spawn_node(&self, mut port: u16) -> Node {
@@ -216,24 +248,8 @@ impl RedisCluster {
             let dir = tempfile::tempdir_in(self.dir.path())
                 .expect("a node dir")
                 .keep();
-            let log = dir.join("redis.log");
-            let out = File::create(&log).expect("a node log");
-            let err = out.try_clone().expect("a node log");
-            let child = Command::new("redis-server")
-                .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
-                .args(["--cluster-enabled", "yes"])
-                .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
-                .args(["--cluster-node-timeout", "2000"])
-                .args(["--save", "", "--appendonly", "no"])
-                .arg("--dir")
-                .arg(&dir)
-                .stdin(Stdio::null())
-                .stdout(out)
-                .stderr(err)
-                .spawn()
-                .expect("spawn redis-server");
             let mut node = Node {
-                child,
+                child: spawn_server(port, &dir),
                 port,
                 dir,
                 paused: false,
@@ -390,6 +406,31 @@ impl RedisCluster {
             other => panic!("{args:?} on port {port}: {other:?}"),
         }
     }
+}
+
+/// `redis-server` in cluster mode on `port`, in `dir` (its log, `nodes-P.conf`, and the
+/// `dump.rdb` it loads if there is one; it saves only when told to).
+fn spawn_server(port: u16, dir: &std::path::Path) -> Child {
+    let log = dir.join("redis.log");
+    let out = File::options()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .expect("a node log");
+    let err = out.try_clone().expect("a node log");
+    Command::new("redis-server")
+        .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--cluster-enabled", "yes"])
+        .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
+        .args(["--cluster-node-timeout", "2000"])
+        .args(["--save", "", "--appendonly", "no"])
+        .arg("--dir")
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .expect("spawn redis-server")
 }
 
 impl Drop for RedisCluster {
