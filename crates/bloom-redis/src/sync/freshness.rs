@@ -13,17 +13,19 @@
 //! A heartbeat vouches for what its sender had published *into the Redis data it names*:
 //! each carries the tag of the data its sender last reconciled with (the dataset's id and the
 //! server process's, on a cluster every node's: [`tag_of`]), and counts only if that is the
-//! data this instance last reconciled with. A Redis restarted from an old dump or empty has lost bits its senders
-//! published before, which the instances that missed the messages (in flight when Redis
-//! died) pulled from it in vain; their earlier heartbeats made those instances fresh without
-//! the keys (the fleet figures test answered "absent" 469 ms after a create returned, once in
-//! about twenty runs). Now every instance waits until each other one has compared every
-//! segment with the new data (pushing what it lacked) and says so, then pulls once more.
+//! data this instance last reconciled with. A Redis restarted from an old dump or empty has
+//! lost bits its senders published before, which the instances that missed the messages (in
+//! flight when Redis died) pulled from it in vain; their earlier heartbeats made those
+//! instances fresh without the keys (the fleet figures test answered "absent" 469 ms after a
+//! create returned, once in about twenty runs). Now every instance waits until each other one
+//! has compared every segment with the new data (pushing what it lacked) and says so, then
+//! pulls once more.
 //!
-//! A heartbeat counts from when it was sent, not from its arrival: a link that hangs, then delivers what it held, hands over
-//! heartbeats sent before inserts their sender could not publish since. Counted from their
-//! arrival, they made the view fresh without those keys (the fleet figures test answered
-//! "absent" 0.4–1.5 s after a create returned). Each heartbeat carries its sender's clock;
+//! A heartbeat counts from when it was sent, not from its arrival: a link that hangs, then
+//! delivers what it held, hands over heartbeats sent before inserts their sender could not
+//! publish since. Counted from their arrival, they made the view fresh without those keys
+//! (the fleet figures test answered "absent" 0.4–1.5 s after a create returned). Each
+//! heartbeat carries its sender's clock;
 //! [`Transit`] turns it into ours.
 //!
 //! An instance is known from its first heartbeat until it says it is leaving, or until it
