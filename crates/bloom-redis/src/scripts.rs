@@ -99,13 +99,24 @@ impl FromRedisValue for Joined {
     }
 }
 
+/// Lua that sets `run_id` to the answering server's (new at every start of its process), or
+/// to `''` where `INFO` is refused to scripts.
+macro_rules! run_id_lua {
+    () => {
+        r"
+local info = redis.pcall('INFO', 'server')
+local run_id = type(info) == 'string' and string.match(info, 'run_id:(%x+)') or ''
+"
+    };
+}
+
 /// Creates the config and generation if absent (first instance, or Redis restarted empty),
 /// then returns `[m, k, layout, seed, generation, building, format, incarnation, segment,
 /// run_id]` ([`Joined`]). KEYS: config, gen, building. ARGV: m, k, layout, seed, our
 /// generation, format, a fresh incarnation, segment bytes. `INFO` comes last: before Redis 5,
 /// a script could not write after it.
 pub(crate) fn join() -> Script {
-    Script::new(
+    Script::new(concat!(
         r"
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('HSET', KEYS[1], 'm', ARGV[1], 'k', ARGV[2], 'layout', ARGV[3], 'seed', ARGV[4],
@@ -114,12 +125,13 @@ end
 redis.call('SET', KEYS[2], ARGV[5], 'NX')
 local c = redis.call('HMGET', KEYS[1], 'm', 'k', 'layout', 'seed', 'format', 'incarnation',
   'segment')
-local info = redis.pcall('INFO', 'server')
-local run_id = type(info) == 'string' and string.match(info, 'run_id:(%x+)') or ''
+",
+        run_id_lua!(),
+        r"
 return {c[1], c[2], c[3], c[4], redis.call('GET', KEYS[2]), redis.call('GET', KEYS[3]) or '',
   c[5] or '', c[6] or '', c[7] or '', run_id}
 ",
-    )
+    ))
 }
 
 /// What [`or_segment`] did: the segment's version after the write, or nothing when a
@@ -199,13 +211,12 @@ return 1
 /// than the `{prefix}` one can restart from an old dump, or be replaced by a replica behind
 /// it, without anything else telling.
 pub(crate) fn group_state() -> Script {
-    Script::new(
+    Script::new(concat!(
+        run_id_lua!(),
         r"
-local info = redis.pcall('INFO', 'server')
-local run_id = type(info) == 'string' and string.match(info, 'run_id:(%x+)') or ''
 return {redis.call('HGET', KEYS[1], 'all') or '0', run_id}
 ",
-    )
+    ))
 }
 
 /// For each segment `KEYS[2..]` (numbers `ARGV[1..]`, versions in hash `KEYS[1]`): its version and

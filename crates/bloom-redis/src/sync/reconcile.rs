@@ -130,14 +130,10 @@ impl Inner {
         // Every bit held here is now in this Redis data too (a first pass against it
         // compared every segment): our heartbeats may vouch for it.
         if let Some(incarnation) = lock(&self.incarnation).clone() {
-            // On a cluster, also every node the groups were read from.
+            // On a cluster, also every node the groups were read from (none on one Redis).
             let nodes = self.ledger.nodes();
-            if nodes.is_empty() {
-                self.freshness.reconciled_with(&incarnation);
-            } else {
-                self.freshness
-                    .reconciled_with(&format!("{incarnation}|{nodes}"));
-            }
+            self.freshness
+                .reconciled_with(&format!("{incarnation}|{nodes}"));
         }
         self.freshness.pulled(pull_started);
         self.outbox.pushed(push_owed, push_covers);

@@ -186,12 +186,15 @@ impl Ledger {
         });
     }
 
-    /// Whether `group` of `generation` was last read from another node than `run_id`.
+    /// Whether `group` of `generation` was last read from another node than `run_id`; on
+    /// its first read, records `run_id` (nothing to move for it).
     fn node_restarted(&self, generation: u64, group: u64, run_id: &str) -> bool {
-        self.with_book(generation, |book| {
-            book.nodes[group as usize]
-                .as_deref()
-                .is_some_and(|seen| seen != run_id)
+        self.with_book(generation, |book| match &mut book.nodes[group as usize] {
+            Some(seen) => seen != run_id,
+            first @ None => {
+                *first = Some(run_id.to_owned());
+                false
+            }
         })
     }
 
@@ -374,17 +377,16 @@ impl Inner {
                 let mut conn = self.conn.clone();
                 let key = self.keys.versions(generation, group);
                 let (all, node) = group_state(&mut conn, &key, self.cfg.cluster).await?;
-                if let Some(run_id) = &node {
-                    if self.ledger.node_restarted(generation, group, run_id) {
-                        tracing::warn!(prefix = %self.prefix, generation, group, "the cluster node holding a group restarted: moving all its segments");
-                        return Ok(Some((
-                            group,
-                            (all, node),
-                            segments_of(group, segments).collect(),
-                        )));
-                    }
-                    // First read, or the same node: nothing to move for it.
-                    self.ledger.set_node(generation, group, run_id.clone());
+                if node
+                    .as_deref()
+                    .is_some_and(|run_id| self.ledger.node_restarted(generation, group, run_id))
+                {
+                    tracing::warn!(prefix = %self.prefix, generation, group, "the cluster node holding a group restarted: moving all its segments");
+                    return Ok(Some((
+                        group,
+                        (all, node),
+                        segments_of(group, segments).collect(),
+                    )));
                 }
                 if self.ledger.group_held(generation, group) == Some(all) {
                     return Ok(None);
