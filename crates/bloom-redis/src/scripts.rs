@@ -56,9 +56,13 @@ pub(crate) struct Joined {
     pub(crate) incarnation: String,
     /// The segment size every instance must use (bits are found by it).
     pub(crate) segment_bytes: String,
-    /// The answering server's `run_id` (new at every start of the process, so after every
-    /// restart, even from a dump holding the same `incarnation`); empty if `INFO` is refused.
-    pub(crate) run_id: String,
+    /// What tells the answering server's data apart (see `server_lua!`): its `run_id`, new
+    /// at every restart even from a dump holding the same `incarnation`, and where it may
+    /// evict the filter's keys, its eviction count; empty if `INFO` is refused.
+    pub(crate) server: String,
+    /// The `allkeys-*` policy by which the server may evict the filter's keys, if it has one
+    /// (and a `maxmemory`).
+    pub(crate) evicting: String,
 }
 
 /// The key layout written by this version (segments grouped under per-group hash tags, with
@@ -78,9 +82,10 @@ impl FromRedisValue for Joined {
             format,
             incarnation,
             segment_bytes,
-            run_id,
-        ]: [String; 10] = values.try_into().map_err(|_| {
-            redis::RedisError::from((redis::ErrorKind::TypeError, "join: 10 fields expected"))
+            server,
+            evicting,
+        ]: [String; 11] = values.try_into().map_err(|_| {
+            redis::RedisError::from((redis::ErrorKind::TypeError, "join: 11 fields expected"))
         })?;
         Ok(Self {
             shape: StoredShape {
@@ -94,25 +99,39 @@ impl FromRedisValue for Joined {
             format,
             incarnation,
             segment_bytes,
-            run_id,
+            server,
+            evicting,
         })
     }
 }
 
-/// Lua that sets `run_id` to the answering server's (new at every start of its process), or
-/// to `''` where `INFO` is refused to scripts.
-macro_rules! run_id_lua {
+/// Lua that sets `server` to what tells the answering server's data apart from what it held
+/// before: its `run_id` (new at every start of its process), then, under an `allkeys-*`
+/// eviction policy, the policy and the server's count of evicted keys, which grows with every
+/// eviction (the filter's live keys never expire, so a `volatile-*` policy leaves them); and
+/// `evicting` to that policy if a `maxmemory` is also set (`''` otherwise). Both are `''`
+/// where `INFO` is refused to scripts.
+macro_rules! server_lua {
     () => {
         r"
-local info = redis.pcall('INFO', 'server')
-local run_id = type(info) == 'string' and string.match(info, 'run_id:(%x+)') or ''
+local function info(section, field)
+  local text = redis.pcall('INFO', section)
+  return type(text) == 'string' and string.match(text, field .. ':([^\r\n]*)') or ''
+end
+local server = info('server', 'run_id')
+local evicting = ''
+local policy = info('memory', 'maxmemory_policy')
+if string.sub(policy, 1, 8) == 'allkeys-' then
+  server = server .. ' ' .. policy .. ' evicted ' .. info('stats', 'evicted_keys')
+  if info('memory', 'maxmemory') ~= '0' then evicting = policy end
+end
 "
     };
 }
 
 /// Creates the config and generation if absent (first instance, or Redis restarted empty),
 /// then returns `[m, k, layout, seed, generation, building, format, incarnation, segment,
-/// run_id]` ([`Joined`]). KEYS: config, gen, building. ARGV: m, k, layout, seed, our
+/// server, evicting]` ([`Joined`]). KEYS: config, gen, building. ARGV: m, k, layout, seed, our
 /// generation, format, a fresh incarnation, segment bytes. `INFO` comes last: before Redis 5,
 /// a script could not write after it.
 pub(crate) fn join() -> Script {
@@ -126,10 +145,10 @@ redis.call('SET', KEYS[2], ARGV[5], 'NX')
 local c = redis.call('HMGET', KEYS[1], 'm', 'k', 'layout', 'seed', 'format', 'incarnation',
   'segment')
 ",
-        run_id_lua!(),
+        server_lua!(),
         r"
 return {c[1], c[2], c[3], c[4], redis.call('GET', KEYS[2]), redis.call('GET', KEYS[3]) or '',
-  c[5] or '', c[6] or '', c[7] or '', run_id}
+  c[5] or '', c[6] or '', c[7] or '', server, evicting}
 ",
     ))
 }
@@ -207,14 +226,14 @@ return 1
 }
 
 /// A group's `all` count in its version hash `KEYS[1]` (0 before any write), and the
-/// `run_id` of the node holding it (empty if `INFO` is refused): on a cluster, a node other
-/// than the `{prefix}` one can restart from an old dump, or be replaced by a replica behind
-/// it, without anything else telling.
+/// `server` of the node holding it (`server_lua!`): on a cluster, a node other than the
+/// `{prefix}` one can restart from an old dump, be replaced by a replica behind it, or evict
+/// segments, without anything else telling.
 pub(crate) fn group_state() -> Script {
     Script::new(concat!(
-        run_id_lua!(),
+        server_lua!(),
         r"
-return {redis.call('HGET', KEYS[1], 'all') or '0', run_id}
+return {redis.call('HGET', KEYS[1], 'all') or '0', server}
 ",
     ))
 }

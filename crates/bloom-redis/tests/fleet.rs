@@ -679,6 +679,149 @@ async fn a_key_redis_lost_is_not_vouched_for_until_its_holder_pushed_it_again() 
     );
 }
 
+/// Redis as many services run it, a cache with a memory limit and `allkeys-lru`, evicts the
+/// filter's segments (idle since written) to make room for other keys. An instance that joins
+/// then pulls a filter without them while A, which holds the rows, vouches for Redis's data
+/// in every heartbeat: B must let the rows through until A has pushed them back, never answer
+/// "absent" with them missing. A's periodic passes are 30 s away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn keys_redis_evicted_are_not_vouched_for_until_their_holder_pushed_them_again() {
+    let Some(fleet) = Fleet::start(2, "evicted-by-redis").await else {
+        return;
+    };
+    let rarely = |b: RedisSyncBuilder| b.reconcile_every(Duration::from_secs(30));
+    let a = fleet.join(0, rarely).await;
+    let rows = keys("row", 300);
+    for k in &rows {
+        a.filter().insert(k);
+    }
+    a.propagated().await.expect("A's rows reach Redis");
+
+    let mut redis = redis::Client::open(fleet.server.url())
+        .unwrap()
+        .get_multiplexed_tokio_connection()
+        .await
+        .unwrap();
+    let used: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let used: u64 = used
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("used_memory in INFO memory");
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("allkeys-lru")
+        .arg("maxmemory")
+        .arg(used + (4 << 20))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let segments = {
+        let redis = redis.clone();
+        move || {
+            let mut redis = redis.clone();
+            async move {
+                let found: Vec<String> = redis::cmd("KEYS")
+                    .arg("{evicted-by-redis:g*:seg*")
+                    .query_async(&mut redis)
+                    .await
+                    .unwrap();
+                found.len()
+            }
+        }
+    };
+    assert!(segments().await > 0, "A's rows are in Redis's segments");
+
+    // Another service's keys, in another database, fill the memory until Redis has evicted
+    // every segment. Redis samples each database for its eviction candidates, so it sees the
+    // few keys of ours every time; its LRU clock ticks once a second, and the segments are left
+    // idle for two ticks first while the config is read before every batch (as a fleet reads
+    // it at every pass), so that the segments, not the config, are the oldest. A new config
+    // would be a restart, which the run_id check sees on its own: it must stay.
+    let mut other_service = redis::Client::open(format!("{}1", fleet.server.url()))
+        .unwrap()
+        .get_multiplexed_tokio_connection()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    let value = vec![b'x'; 1024];
+    let mut n = 0u64;
+    while segments().await > 0 {
+        let _: () = redis::cmd("HGETALL")
+            .arg("{evicted-by-redis}:config")
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        let mut pipe = redis::pipe();
+        for _ in 0..8 {
+            pipe.cmd("SET")
+                .arg(format!("other:{n}"))
+                .arg(&value)
+                .ignore();
+            n += 1;
+        }
+        let _: () = pipe.query_async(&mut other_service).await.unwrap();
+        assert!(n < 1_000_000, "hang: Redis evicted no segment");
+    }
+    let config: u64 = redis::cmd("EXISTS")
+        .arg("{evicted-by-redis}:config")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(
+        config, 1,
+        "the config stayed (a new one would be a restart, seen otherwise)"
+    );
+    // Room again: nothing more is evicted from here on.
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(0)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+
+    let b = fleet.join(1, rarely).await;
+    let joined = Instant::now();
+    // B lets every row through (stale) for as long as it lacks one: A's heartbeats, which
+    // vouch for the data A last reconciled with, must not make it fresh before A has pushed
+    // the rows back.
+    while !(b.stats().fresh && has_all(&b, &rows)) {
+        let missing = rows.iter().filter(|k| !b.filter().contains(*k)).count();
+        assert_eq!(
+            missing,
+            0,
+            "B answered \"absent\" for {missing} of A's rows {:?} after joining, Redis having \
+             evicted them; B: {:?}",
+            joined.elapsed(),
+            b.stats()
+        );
+        assert!(
+            joined.elapsed() < HANG,
+            "hang: B fresh with every row; B: {:?}",
+            b.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    stays_fresh(&b).await;
+    // What pushed them: A's pass when it first heard B (it owes a pull to a member it has not
+    // heard before), which found Redis's data changed and compared every segment.
+    let pushed = a.stats().last_reconcile.expect("A passed since joining");
+    assert!(
+        pushed.full && pushed.segments_pushed > 0,
+        "A pushed the evicted segments back in a full pass: {pushed:?}"
+    );
+    eprintln!(
+        "keys Redis evicted: B fresh with them {:?} after joining",
+        joined.elapsed()
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // 6. A late instance's keys through a generation switch (the issue's scenario).
 // ---------------------------------------------------------------------------------------------

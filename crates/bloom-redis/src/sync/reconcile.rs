@@ -206,14 +206,25 @@ impl Inner {
             return Err(Error::ShapeChanged);
         }
         let mut full = full;
-        // The dataset's id and the server process's: a restart changes the second even when
-        // it loads a dump that holds the same first one (an old dump lacks writes made since).
-        let incarnation = format!("{}/{}", joined.incarnation, joined.run_id);
+        // The dataset's id and the server's: a restart changes the second even when it loads
+        // a dump that holds the same first one (an old dump lacks writes made since), and so
+        // does an eviction on a server that may evict the filter's keys.
+        let incarnation = format!("{}/{}", joined.incarnation, joined.server);
         let replaced = {
             let seen = lock(&self.incarnation);
             let replaced = seen.as_deref() != Some(incarnation.as_str());
-            if replaced && seen.is_some() {
-                tracing::warn!(prefix = %self.prefix, "Redis restarted or its data was replaced: comparing every segment");
+            match seen.as_deref() {
+                _ if !replaced => {}
+                Some(seen) if same_process(seen, &incarnation) => {
+                    tracing::warn!(prefix = %self.prefix, policy = %joined.evicting, "Redis evicted keys: comparing every segment");
+                }
+                Some(_) => {
+                    tracing::warn!(prefix = %self.prefix, "Redis restarted or its data was replaced: comparing every segment");
+                }
+                None if !joined.evicting.is_empty() => {
+                    tracing::warn!(prefix = %self.prefix, policy = %joined.evicting, "Redis may evict this filter's keys (maxmemory with an allkeys policy): after every eviction, of any key, each instance compares every segment and the fleet is stale until all have; give the filter a Redis, or a policy (noeviction, volatile-*), that does not evict them");
+                }
+                None => {}
             }
             replaced
         };
@@ -283,4 +294,10 @@ impl Inner {
         self.counters.refills.fetch_add(1, Relaxed);
         self.rebuild(source, false).await.map(Some)
     }
+}
+
+/// Whether two data identities (`incarnation/server`) name one dataset on one server process,
+/// differing at most in the eviction count that follows the `run_id`.
+fn same_process(a: &str, b: &str) -> bool {
+    a.split(' ').next() == b.split(' ').next()
 }
