@@ -232,6 +232,120 @@ async fn a_joiner_after_a_node_lost_writes_is_not_fresh_without_them() {
     );
 }
 
+/// The nodes other than the `{prefix}` one, caches with a memory limit and `allkeys-lru`,
+/// evict the segments they hold (idle since written) to make room for another service's keys.
+/// No subscription breaks and no node restarts: only their eviction counts tell. C, joining
+/// then, must not be fresh without the keys until A has read those nodes, pushed the keys
+/// back and vouched for them, and C has pulled again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joiner_after_nodes_evicted_segments_is_not_fresh_without_them() {
+    let Some(cluster) = cluster::start_cluster(3) else {
+        return;
+    };
+    let config_node = cluster.node_of_key("{fleet}:config");
+    let url = &cluster.node_urls()[config_node];
+    let a = join(url).await;
+    let created: Vec<String> = (0..40).map(|i| format!("evicted:{i}")).collect();
+    for key in &created {
+        a.filter().insert(key);
+    }
+    a.propagated().await.unwrap();
+
+    let others: Vec<usize> = (0..3).filter(|&n| n != config_node).collect();
+    let mut evicted = 0;
+    // The segments are left idle for two ticks of Redis's one-second LRU clock, so that
+    // they are older than anything the other service writes.
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    for &node in &others {
+        let mut conn = redis::Client::open(cluster.node_urls()[node].as_str())
+            .unwrap()
+            .get_multiplexed_tokio_connection()
+            .await
+            .unwrap();
+        // One hash tag of this node's slots, for the other service's keys.
+        let tag = ('a'..='z')
+            .map(|t| format!("{{{t}}}"))
+            .find(|t| cluster.node_of_key(t) == node)
+            .expect("a one-letter hash tag on every node");
+        let info: String = redis::cmd("INFO")
+            .arg("memory")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let used: u64 = info
+            .lines()
+            .find_map(|l| l.strip_prefix("used_memory:"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("used_memory in INFO memory");
+        let set = |name: &str, value: String| {
+            redis::cmd("CONFIG").arg("SET").arg(name).arg(value).clone()
+        };
+        let _: () = set("maxmemory-policy", "allkeys-lru".into())
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let _: () = set("maxmemory", (used + (2 << 20)).to_string())
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let segments = |conn: &mut redis::aio::MultiplexedConnection| {
+            let mut conn = conn.clone();
+            async move {
+                let found: Vec<String> = redis::cmd("KEYS")
+                    .arg("*:seg*")
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                found.len()
+            }
+        };
+        let held = segments(&mut conn).await;
+        assert!(held > 0, "node {node} holds segments of A's keys");
+        let value = vec![b'x'; 1024];
+        let mut n = 0u64;
+        while segments(&mut conn).await > 0 {
+            let mut pipe = redis::pipe();
+            for _ in 0..8 {
+                pipe.cmd("SET")
+                    .arg(format!("{tag}:other:{n}"))
+                    .arg(&value)
+                    .ignore();
+                n += 1;
+            }
+            let _: () = pipe.query_async(&mut conn).await.unwrap();
+            assert!(n < 1_000_000, "hang: node {node} evicted no segment");
+        }
+        // Room again: nothing more is evicted from here on.
+        let _: () = set("maxmemory", "0".into())
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        evicted += held;
+    }
+
+    let c = join(url).await;
+    let watched = Instant::now();
+    while !(c.stats().fresh && holds(&c, &created)) {
+        let stats = c.stats();
+        for key in &created {
+            assert!(
+                c.filter().contains(key),
+                "C answered \"absent\" for {key} {:?} after joining; C: {stats:?}",
+                watched.elapsed()
+            );
+        }
+        assert!(
+            watched.elapsed() < HANG,
+            "hang: C fresh with every key; C: {stats:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    eprintln!(
+        "two nodes evicted {evicted} segments: C fresh with every key {:?} after joining",
+        watched.elapsed()
+    );
+}
+
 #[test]
 fn a_three_node_cluster_starts_with_every_slot_served() {
     let Some(cluster) = cluster::start_cluster(3) else {

@@ -12,9 +12,10 @@
 //!
 //! A heartbeat vouches for what its sender had published *into the Redis data it names*:
 //! each carries the tag of the data its sender last reconciled with (the dataset's id and the
-//! server process's, on a cluster every node's: [`tag_of`]), and counts only if that is the
-//! data this instance last reconciled with. A Redis restarted from an old dump or empty has
-//! lost bits its senders published before, which the instances that missed the messages (in
+//! server process's, on a cluster every node's, with the server's eviction count under an
+//! `allkeys-*` policy: [`tag_of`]), and counts only if that is the data this instance last
+//! reconciled with. A Redis restarted from an old dump or empty, or one that evicted segments,
+//! has lost bits its senders published before, which the instances that missed the messages (in
 //! flight when Redis died) pulled from it in vain; their earlier heartbeats made those
 //! instances fresh without the keys (the fleet figures test answered "absent" 469 ms after a
 //! create returned, once in about twenty runs). Now every instance waits until each other one
@@ -360,7 +361,7 @@ impl Freshness {
                     } else {
                         format!(
                             "instance {id:016x} has not reconciled with the Redis data this \
-                             instance last saw (Redis restarted or was restored)"
+                             instance last saw (Redis restarted, was restored or evicted keys)"
                         )
                     }),
                 );

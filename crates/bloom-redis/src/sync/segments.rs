@@ -63,8 +63,9 @@ struct Book {
     groups: Vec<Option<u64>>,
     /// Segments holding local bits no write of ours has put in Redis.
     dirty: BTreeSet<u64>,
-    /// Per group, on a cluster: the `run_id` of the node it was last read from (`None`:
-    /// not yet read). Another one means the node restarted: its data may have gone back.
+    /// Per group, on a cluster: the identity of the node it was last read from (its `run_id`
+    /// and, under an `allkeys-*` policy, its eviction count; `None`: not yet read). Another
+    /// one means the node restarted or evicted keys: its data may have gone back.
     nodes: Vec<Option<String>>,
     /// Writes received ahead of one still missing (two instances' writes to one group can
     /// be published in the other order than Redis ran them): per group or segment, the
@@ -186,20 +187,21 @@ impl Ledger {
         });
     }
 
-    /// Whether `group` of `generation` was last read from another node than `run_id`; on
-    /// its first read, records `run_id` (nothing to move for it).
-    fn node_restarted(&self, generation: u64, group: u64, run_id: &str) -> bool {
+    /// Whether `group` of `generation` was last read from a node other than `server` (or
+    /// one that has evicted keys since); on its first read, records `server` (nothing to move
+    /// for it).
+    fn node_changed(&self, generation: u64, group: u64, server: &str) -> bool {
         self.with_book(generation, |book| match &mut book.nodes[group as usize] {
-            Some(seen) => seen != run_id,
+            Some(seen) => seen != server,
             first @ None => {
-                *first = Some(run_id.to_owned());
+                *first = Some(server.to_owned());
                 false
             }
         })
     }
 
-    fn set_node(&self, generation: u64, group: u64, run_id: String) {
-        self.with_book(generation, |book| book.nodes[group as usize] = Some(run_id));
+    fn set_node(&self, generation: u64, group: u64, server: String) {
+        self.with_book(generation, |book| book.nodes[group as usize] = Some(server));
     }
 
     /// The nodes every group held here was last read from, sorted, once each (empty on a
@@ -229,17 +231,18 @@ impl Ledger {
 }
 
 /// A group's `all` count in its version hash `key` (0 before any write): what the
-/// incremental pass compares with the one held; and on a cluster, the `run_id` of the node
-/// holding the group ([`scripts::group_state`]).
+/// incremental pass compares with the one held; and on a cluster, the identity of the node
+/// holding the group ([`scripts::group_state`]: its `run_id`, and its eviction count under an
+/// `allkeys-*` policy).
 async fn group_state(
     conn: &mut Conn,
     key: &str,
     cluster: bool,
 ) -> Result<(u64, Option<String>), Error> {
     if cluster {
-        let (all, run_id): (u64, String) =
+        let (all, server): (u64, String) =
             scripts::group_state().key(key).invoke_async(conn).await?;
-        return Ok((all, Some(run_id)));
+        return Ok((all, Some(server)));
     }
     let all: Option<u64> = redis::cmd("HGET")
         .arg(key)
@@ -249,7 +252,7 @@ async fn group_state(
     Ok((all.unwrap_or(0), None))
 }
 
-/// A group's `all` count and, on a cluster, the `run_id` of its node, as read in a pass.
+/// A group's `all` count and, on a cluster, the identity of its node, as read in a pass.
 type GroupState = (u64, Option<String>);
 
 /// What a pass moves in one group, and the state to record once it did.
@@ -366,7 +369,8 @@ impl Inner {
 
     /// Per group whose `all` count differs from the one held: its state and the segments
     /// whose versions differ from the held ones; every segment of a group whose node
-    /// restarted (its versions may have gone back to ones held here, with other bits).
+    /// restarted or evicted keys (its versions may have gone back to ones held here, with
+    /// other bits).
     async fn moved_segments(
         &self,
         generation: u64,
@@ -379,9 +383,9 @@ impl Inner {
                 let (all, node) = group_state(&mut conn, &key, self.cfg.cluster).await?;
                 if node
                     .as_deref()
-                    .is_some_and(|run_id| self.ledger.node_restarted(generation, group, run_id))
+                    .is_some_and(|server| self.ledger.node_changed(generation, group, server))
                 {
-                    tracing::warn!(prefix = %self.prefix, generation, group, "the cluster node holding a group restarted: moving all its segments");
+                    tracing::warn!(prefix = %self.prefix, generation, group, "the cluster node holding a group restarted or evicted keys: moving all its segments");
                     return Ok(Some((
                         group,
                         (all, node),
