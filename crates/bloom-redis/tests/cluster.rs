@@ -6,6 +6,8 @@
 #[path = "common/cluster.rs"]
 mod cluster;
 mod common;
+#[path = "common/evict.rs"]
+mod evict;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -47,6 +49,32 @@ async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
 
 fn holds(sync: &RedisSync<String>, keys: &[String]) -> bool {
     keys.iter().all(|k| sync.filter().current().contains(k))
+}
+
+/// Waits until `joiner` is fresh and holds every one of `created`, asserting meanwhile that
+/// it never answers "absent" for one (it lets them through while stale). Returns how long
+/// that took.
+async fn fresh_with_every_key_never_absent(
+    joiner: &RedisSync<String>,
+    created: &[String],
+) -> Duration {
+    let watched = Instant::now();
+    while !(joiner.stats().fresh && holds(joiner, created)) {
+        let stats = joiner.stats();
+        for key in created {
+            assert!(
+                joiner.filter().contains(key),
+                "the joiner answered \"absent\" for {key} {:?} after joining; it: {stats:?}",
+                watched.elapsed()
+            );
+        }
+        assert!(
+            watched.elapsed() < HANG,
+            "hang: the joiner fresh with every key; it: {stats:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    watched.elapsed()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -210,26 +238,8 @@ async fn a_joiner_after_a_node_lost_writes_is_not_fresh_without_them() {
     );
 
     let c = join(url).await;
-    let watched = Instant::now();
-    while !(c.stats().fresh && holds(&c, &created)) {
-        let stats = c.stats();
-        for key in &created {
-            assert!(
-                c.filter().contains(key),
-                "C answered \"absent\" for {key} {:?} after joining; C: {stats:?}",
-                watched.elapsed()
-            );
-        }
-        assert!(
-            watched.elapsed() < HANG,
-            "hang: C fresh with every key; C: {stats:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    eprintln!(
-        "two nodes lost {before} segments: C fresh with every key {:?} after joining",
-        watched.elapsed()
-    );
+    let watched = fresh_with_every_key_never_absent(&c, &created).await;
+    eprintln!("two nodes lost {before} segments: C fresh with every key {watched:?} after joining");
 }
 
 /// The nodes other than the `{prefix}` one, caches with a memory limit and `allkeys-lru`,
@@ -253,9 +263,6 @@ async fn a_joiner_after_nodes_evicted_segments_is_not_fresh_without_them() {
 
     let others: Vec<usize> = (0..3).filter(|&n| n != config_node).collect();
     let mut evicted = 0;
-    // The segments are left idle for two ticks of Redis's one-second LRU clock, so that
-    // they are older than anything the other service writes.
-    tokio::time::sleep(Duration::from_millis(2_100)).await;
     for &node in &others {
         let mut conn = redis::Client::open(cluster.node_urls()[node].as_str())
             .unwrap()
@@ -267,82 +274,26 @@ async fn a_joiner_after_nodes_evicted_segments_is_not_fresh_without_them() {
             .map(|t| format!("{{{t}}}"))
             .find(|t| cluster.node_of_key(t) == node)
             .expect("a one-letter hash tag on every node");
-        let info: String = redis::cmd("INFO")
-            .arg("memory")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        let used: u64 = info
-            .lines()
-            .find_map(|l| l.strip_prefix("used_memory:"))
-            .and_then(|v| v.trim().parse().ok())
-            .expect("used_memory in INFO memory");
-        let set = |name: &str, value: String| {
-            redis::cmd("CONFIG").arg("SET").arg(name).arg(value).clone()
-        };
-        let _: () = set("maxmemory-policy", "allkeys-lru".into())
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        let _: () = set("maxmemory", (used + (2 << 20)).to_string())
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        let segments = |conn: &mut redis::aio::MultiplexedConnection| {
-            let mut conn = conn.clone();
-            async move {
-                let found: Vec<String> = redis::cmd("KEYS")
-                    .arg("*:seg*")
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap();
-                found.len()
-            }
-        };
-        let held = segments(&mut conn).await;
+        let held = evict::count(&mut conn, "*:seg*").await;
         assert!(held > 0, "node {node} holds segments of A's keys");
-        let value = vec![b'x'; 1024];
-        let mut n = 0u64;
-        while segments(&mut conn).await > 0 {
-            let mut pipe = redis::pipe();
-            for _ in 0..8 {
-                pipe.cmd("SET")
-                    .arg(format!("{tag}:other:{n}"))
-                    .arg(&value)
-                    .ignore();
-                n += 1;
-            }
-            let _: () = pipe.query_async(&mut conn).await.unwrap();
-            assert!(n < 1_000_000, "hang: node {node} evicted no segment");
-        }
-        // Room again: nothing more is evicted from here on.
-        let _: () = set("maxmemory", "0".into())
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        evict::limit_memory(&mut conn, 2 << 20).await;
+        let mut fill = conn.clone();
+        evict::fill_until_evicted(
+            &mut fill,
+            &format!("{tag}:other"),
+            &mut conn,
+            "*:seg*",
+            None,
+        )
+        .await;
+        evict::unlimit_memory(&mut conn).await;
         evicted += held;
     }
 
     let c = join(url).await;
-    let watched = Instant::now();
-    while !(c.stats().fresh && holds(&c, &created)) {
-        let stats = c.stats();
-        for key in &created {
-            assert!(
-                c.filter().contains(key),
-                "C answered \"absent\" for {key} {:?} after joining; C: {stats:?}",
-                watched.elapsed()
-            );
-        }
-        assert!(
-            watched.elapsed() < HANG,
-            "hang: C fresh with every key; C: {stats:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    let watched = fresh_with_every_key_never_absent(&c, &created).await;
     eprintln!(
-        "two nodes evicted {evicted} segments: C fresh with every key {:?} after joining",
-        watched.elapsed()
+        "two nodes evicted {evicted} segments: C fresh with every key {watched:?} after joining"
     );
 }
 

@@ -11,6 +11,8 @@
 //! tasks would test the machine, not the crate.
 
 mod common;
+#[path = "common/evict.rs"]
+mod evict;
 #[path = "common/fault.rs"]
 mod fault;
 
@@ -697,94 +699,40 @@ async fn keys_redis_evicted_are_not_vouched_for_until_their_holder_pushed_them_a
     }
     a.propagated().await.expect("A's rows reach Redis");
 
-    let mut redis = redis::Client::open(fleet.server.url())
-        .unwrap()
-        .get_multiplexed_tokio_connection()
-        .await
-        .unwrap();
-    let used: String = redis::cmd("INFO")
-        .arg("memory")
-        .query_async(&mut redis)
-        .await
-        .unwrap();
-    let used: u64 = used
-        .lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("used_memory in INFO memory");
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory-policy")
-        .arg("allkeys-lru")
-        .arg("maxmemory")
-        .arg(used + (4 << 20))
-        .query_async(&mut redis)
-        .await
-        .unwrap();
-    let segments = {
-        let redis = redis.clone();
-        move || {
-            let mut redis = redis.clone();
-            async move {
-                let found: Vec<String> = redis::cmd("KEYS")
-                    .arg("{evicted-by-redis:g*:seg*")
-                    .query_async(&mut redis)
-                    .await
-                    .unwrap();
-                found.len()
-            }
-        }
+    let connect = |url: String| async move {
+        redis::Client::open(url)
+            .unwrap()
+            .get_multiplexed_tokio_connection()
+            .await
+            .unwrap()
     };
-    assert!(segments().await > 0, "A's rows are in Redis's segments");
-
+    let mut redis = connect(fleet.server.url()).await;
+    let segments = "{evicted-by-redis:g*:seg*";
+    assert!(
+        evict::count(&mut redis, segments).await > 0,
+        "A's rows are in Redis's segments"
+    );
+    evict::limit_memory(&mut redis, 4 << 20).await;
     // Another service's keys, in another database, fill the memory until Redis has evicted
     // every segment. Redis samples each database for its eviction candidates, so it sees the
-    // few keys of ours every time; its LRU clock ticks once a second, and the segments are left
-    // idle for two ticks first while the config is read before every batch (as a fleet reads
-    // it at every pass), so that the segments, not the config, are the oldest. A new config
-    // would be a restart, which the run_id check sees on its own: it must stay.
-    let mut other_service = redis::Client::open(format!("{}1", fleet.server.url()))
-        .unwrap()
-        .get_multiplexed_tokio_connection()
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(2_100)).await;
-    let value = vec![b'x'; 1024];
-    let mut n = 0u64;
-    while segments().await > 0 {
-        let _: () = redis::cmd("HGETALL")
-            .arg("{evicted-by-redis}:config")
-            .query_async(&mut redis)
-            .await
-            .unwrap();
-        let mut pipe = redis::pipe();
-        for _ in 0..8 {
-            pipe.cmd("SET")
-                .arg(format!("other:{n}"))
-                .arg(&value)
-                .ignore();
-            n += 1;
-        }
-        let _: () = pipe.query_async(&mut other_service).await.unwrap();
-        assert!(n < 1_000_000, "hang: Redis evicted no segment");
-    }
-    let config: u64 = redis::cmd("EXISTS")
-        .arg("{evicted-by-redis}:config")
-        .query_async(&mut redis)
-        .await
-        .unwrap();
+    // few keys of ours every time, and the segments, idle, are the oldest; the config, read
+    // throughout, must stay: a new one would be a restart, which the run_id alone reveals.
+    let mut other_service = connect(format!("{}1", fleet.server.url())).await;
+    let config = "{evicted-by-redis}:config";
+    evict::fill_until_evicted(
+        &mut other_service,
+        "other",
+        &mut redis,
+        segments,
+        Some(config),
+    )
+    .await;
     assert_eq!(
-        config, 1,
-        "the config stayed (a new one would be a restart, seen otherwise)"
+        evict::count(&mut redis, config).await,
+        1,
+        "the config stayed"
     );
-    // Room again: nothing more is evicted from here on.
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg(0)
-        .query_async(&mut redis)
-        .await
-        .unwrap();
+    evict::unlimit_memory(&mut redis).await;
 
     let b = fleet.join(1, rarely).await;
     let joined = Instant::now();
