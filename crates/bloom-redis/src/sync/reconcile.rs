@@ -216,7 +216,7 @@ impl Inner {
             match seen.as_deref() {
                 _ if !replaced => {}
                 Some(seen) if same_process(seen, &incarnation) => {
-                    tracing::warn!(prefix = %self.prefix, policy = %joined.evicting, "Redis evicted keys: comparing every segment");
+                    tracing::warn!(prefix = %self.prefix, policy = %joined.evicting, "Redis evicted keys, or its eviction policy changed: comparing every segment");
                 }
                 Some(_) => {
                     tracing::warn!(prefix = %self.prefix, "Redis restarted or its data was replaced: comparing every segment");
