@@ -250,7 +250,8 @@ impl RedisSyncBuilder {
     /// under the per-segment versions (a write whose version bump was lost, a local bit that
     /// never reached Redis). A full pass also runs at joining — an instance started from a
     /// recent snapshot downloads only what changed since — and after a reconnection, a
-    /// resubscription or a Redis restart.
+    /// resubscription or a Redis restart. After an eviction (a Redis with a `maxmemory` and an
+    /// `allkeys-*` policy) it runs at most six times per `interval`.
     ///
     /// ```
     /// # use std::time::Duration;

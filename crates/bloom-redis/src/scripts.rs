@@ -129,6 +129,12 @@ end
     };
 }
 
+/// Whether two `server` identities (`server_lua!`), or identities that end with one, name
+/// one server process: they differ at most in the eviction count that follows its `run_id`.
+pub(crate) fn same_process(a: &str, b: &str) -> bool {
+    a.split(' ').next() == b.split(' ').next()
+}
+
 /// Creates the config and generation if absent (first instance, or Redis restarted empty),
 /// then returns `[m, k, layout, seed, generation, building, format, incarnation, segment,
 /// server, evicting]` ([`Joined`]). KEYS: config, gen, building. ARGV: m, k, layout, seed, our

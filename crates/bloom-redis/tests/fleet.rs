@@ -688,7 +688,7 @@ async fn a_key_redis_lost_is_not_vouched_for_until_its_holder_pushed_it_again() 
 /// "absent" with them missing. A's periodic passes are 30 s away.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn keys_redis_evicted_are_not_vouched_for_until_their_holder_pushed_them_again() {
-    let Some(fleet) = Fleet::start(2, "evicted-by-redis").await else {
+    let Some(fleet) = Fleet::start(3, "evicted-by-redis").await else {
         return;
     };
     let rarely = |b: RedisSyncBuilder| b.reconcile_every(Duration::from_secs(30));
@@ -768,6 +768,47 @@ async fn keys_redis_evicted_are_not_vouched_for_until_their_holder_pushed_them_a
         "keys Redis evicted: B fresh with them {:?} after joining",
         joined.elapsed()
     );
+
+    // Evicted again, well within a sixth of `full_pass_every` (1 h) of A's comparison: A does
+    // not compare every segment again (under constant evictions every pass of every instance
+    // would have Redis hash the whole filter). It goes on vouching for the data it compared,
+    // so C, which joins the new data, lets every row through, stale, and never answers "absent".
+    evict::limit_memory(&mut redis, 4 << 20).await;
+    evict::fill_until_evicted(
+        &mut other_service,
+        "more",
+        &mut redis,
+        segments,
+        Some(config),
+    )
+    .await;
+    assert_eq!(
+        evict::count(&mut redis, config).await,
+        1,
+        "the config stayed"
+    );
+    evict::unlimit_memory(&mut redis).await;
+    let pass = a.reconcile_now().await.expect("A's pass");
+    assert!(
+        !pass.full,
+        "A compared every segment again, {:?} after its last comparison: {pass:?}",
+        joined.elapsed()
+    );
+    let c = fleet.join(2, rarely).await;
+    let watched = Instant::now();
+    while watched.elapsed() < STALE_AFTER * 4 {
+        let missing = rows.iter().filter(|k| !c.filter().contains(*k)).count();
+        assert_eq!(
+            missing,
+            0,
+            "C answered \"absent\" for {missing} of A's rows {:?} after joining, Redis having \
+             evicted them again; C: {:?}",
+            watched.elapsed(),
+            c.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(!c.stats().fresh, "C is stale: {:?}", c.stats());
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -17,6 +17,10 @@ use crate::protocol::Shape;
 use crate::scripts::{self, Joined};
 use crate::{Error, Rebuilt, ReconcileReport};
 
+/// How many times per `full_pass_every` a pass may compare every segment because Redis
+/// evicted keys (see [`Inner::may_compare_evictions`]).
+const EVICTION_COMPARES_PER_FULL_PASS: u32 = 6;
+
 /// What started a pass.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Trigger {
@@ -63,6 +67,21 @@ impl Inner {
         }
     }
 
+    /// Whether this pass may compare segments because Redis evicted keys: at most
+    /// [`EVICTION_COMPARES_PER_FULL_PASS`] times per `full_pass_every`. A Redis full of other
+    /// keys under an `allkeys-*` policy evicts all the time; comparing at every pass would
+    /// have Redis hash the whole filter for every instance every `reconcile_every`. Until
+    /// an instance compares, it vouches for the data it last compared, and the fleet is stale.
+    pub(super) fn may_compare_evictions(&self) -> bool {
+        self.eviction_compare_allowed.load(Relaxed)
+    }
+
+    /// This pass compares segments because Redis evicted keys: once it succeeds, the next
+    /// such comparison waits.
+    pub(super) fn compared_evictions(&self) {
+        self.eviction_compared.store(true, Relaxed);
+    }
+
     pub(super) fn reconciled(&self, report: ReconcileReport) {
         self.counters.reconciles.fetch_add(1, Relaxed);
         #[cfg(feature = "metrics")]
@@ -106,6 +125,11 @@ impl Inner {
     pub(super) async fn reconcile(&self, trigger: Trigger) -> Result<ReconcileReport, Error> {
         let _transition = self.transition.lock().await;
         let started = Instant::now();
+        let allowed = lock(&self.last_eviction_compare).is_none_or(|last| {
+            last.elapsed() >= self.cfg.full_pass_every / EVICTION_COMPARES_PER_FULL_PASS
+        });
+        self.eviction_compare_allowed.store(allowed, Relaxed);
+        self.eviction_compared.store(false, Relaxed);
         // Read before anything is pulled: what was owed before this instant is paid by
         // this pass, what comes later is not.
         let pull_started = self.freshness.pull_started();
@@ -120,6 +144,9 @@ impl Inner {
                 Some(last) => settled && last.elapsed() >= self.cfg.full_pass_every,
             };
         let result = self.reconcile_pass(full).await;
+        if result.is_ok() && self.eviction_compared.load(Relaxed) {
+            *lock(&self.last_eviction_compare) = Some(started);
+        }
         match &result {
             Ok(_) if full => *lock(&self.last_full_pass) = Some(started),
             Ok(_) => {}
@@ -209,24 +236,34 @@ impl Inner {
         // The dataset's id and the server's: a restart changes the second even when it loads
         // a dump that holds the same first one (an old dump lacks writes made since), and so
         // does an eviction on a server that may evict the filter's keys.
-        let incarnation = format!("{}/{}", joined.incarnation, joined.server);
-        let replaced = {
-            let seen = lock(&self.incarnation);
-            let replaced = seen.as_deref() != Some(incarnation.as_str());
-            match seen.as_deref() {
-                _ if !replaced => {}
-                Some(seen) if same_process(seen, &incarnation) => {
-                    tracing::warn!(prefix = %self.prefix, policy = %joined.evicting, "Redis evicted keys, or its eviction policy changed: comparing every segment");
+        let (incarnation, replaced) = {
+            let current = format!("{}/{}", joined.incarnation, joined.server);
+            let seen = lock(&self.incarnation).clone();
+            match seen {
+                Some(seen) if seen == current => (current, false),
+                Some(seen) if scripts::same_process(&seen, &current) => {
+                    if self.may_compare_evictions() {
+                        tracing::warn!(prefix = %self.prefix, policy = %joined.evicting, "Redis evicted keys, or its eviction policy changed: comparing every segment");
+                        self.compared_evictions();
+                        (current, true)
+                    } else {
+                        // Go on vouching for the data last compared: every instance that
+                        // compared since is stale until this one does.
+                        tracing::debug!(prefix = %self.prefix, "Redis evicted keys again: comparing every segment waits for the next allowed pass");
+                        (seen, false)
+                    }
                 }
                 Some(_) => {
                     tracing::warn!(prefix = %self.prefix, "Redis restarted or its data was replaced: comparing every segment");
+                    (current, true)
                 }
-                None if !joined.evicting.is_empty() => {
-                    tracing::warn!(prefix = %self.prefix, policy = %joined.evicting, "Redis may evict this filter's keys (maxmemory with an allkeys policy): after every eviction, of any key, each instance compares every segment and the fleet is stale until all have; give the filter a Redis, or a policy (noeviction, volatile-*), that does not evict them");
+                None => {
+                    if !joined.evicting.is_empty() {
+                        tracing::warn!(prefix = %self.prefix, policy = %joined.evicting, "Redis may evict this filter's keys (maxmemory with an allkeys policy): after an eviction, of any key, each instance compares every segment (at most six times per full_pass_every) and the fleet is stale until all have; give the filter a Redis, or a policy (noeviction, volatile-*), that does not evict them");
+                    }
+                    (current, true)
                 }
-                None => {}
             }
-            replaced
         };
         if replaced {
             // Versions seen here mean nothing there any more.
@@ -294,10 +331,4 @@ impl Inner {
         self.counters.refills.fetch_add(1, Relaxed);
         self.rebuild(source, false).await.map(Some)
     }
-}
-
-/// Whether two data identities (`incarnation/server`) name one dataset on one server process,
-/// differing at most in the eviction count that follows the `run_id`.
-fn same_process(a: &str, b: &str) -> bool {
-    a.split(' ').next() == b.split(' ').next()
 }

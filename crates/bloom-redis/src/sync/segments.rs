@@ -187,15 +187,16 @@ impl Ledger {
         });
     }
 
-    /// Whether `group` of `generation` was last read from a node other than `server` (or
-    /// one that has evicted keys since); on its first read, records `server` (nothing to move
-    /// for it).
-    fn node_changed(&self, generation: u64, group: u64, server: &str) -> bool {
+    /// How the node `group` of `generation` is read from now (`server`) differs from the one
+    /// it was last read from; on its first read, records `server` (nothing to move for it).
+    fn node_change(&self, generation: u64, group: u64, server: &str) -> NodeChange {
         self.with_book(generation, |book| match &mut book.nodes[group as usize] {
-            Some(seen) => seen != server,
+            Some(seen) if seen == server => NodeChange::Same,
+            Some(seen) if scripts::same_process(seen, server) => NodeChange::Evicted,
+            Some(_) => NodeChange::Restarted,
             first @ None => {
                 *first = Some(server.to_owned());
-                false
+                NodeChange::Same
             }
         })
     }
@@ -250,6 +251,16 @@ async fn group_state(
         .query_async(conn)
         .await?;
     Ok((all.unwrap_or(0), None))
+}
+
+/// How a group's node differs from the one it was last read from ([`Ledger::node_change`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum NodeChange {
+    Same,
+    /// Another process: its data may have gone back to an old dump, or a replica's.
+    Restarted,
+    /// The same process, which has evicted keys since (an `allkeys-*` policy).
+    Evicted,
 }
 
 /// A group's `all` count and, on a cluster, the identity of its node, as read in a pass.
@@ -369,8 +380,9 @@ impl Inner {
 
     /// Per group whose `all` count differs from the one held: its state and the segments
     /// whose versions differ from the held ones; every segment of a group whose node
-    /// restarted or evicted keys (its versions may have gone back to ones held here, with
-    /// other bits).
+    /// restarted (its versions may have gone back to ones held here, with other bits); the
+    /// segments whose digests differ in a group whose node evicted keys, when this pass
+    /// may compare (`Inner::may_compare_evictions`).
     async fn moved_segments(
         &self,
         generation: u64,
@@ -380,17 +392,33 @@ impl Inner {
             .each_group(|group| async move {
                 let mut conn = self.conn.clone();
                 let key = self.keys.versions(generation, group);
-                let (all, node) = group_state(&mut conn, &key, self.cfg.cluster).await?;
-                if node
+                let (all, mut node) = group_state(&mut conn, &key, self.cfg.cluster).await?;
+                let change = node
                     .as_deref()
-                    .is_some_and(|server| self.ledger.node_changed(generation, group, server))
-                {
-                    tracing::warn!(prefix = %self.prefix, generation, group, "the cluster node holding a group restarted or evicted keys: moving all its segments");
-                    return Ok(Some((
-                        group,
-                        (all, node),
-                        segments_of(group, segments).collect(),
-                    )));
+                    .map(|server| self.ledger.node_change(generation, group, server));
+                match change {
+                    Some(NodeChange::Restarted) => {
+                        tracing::warn!(prefix = %self.prefix, generation, group, "the cluster node holding a group restarted: moving all its segments");
+                        return Ok(Some((
+                            group,
+                            (all, node),
+                            segments_of(group, segments).collect(),
+                        )));
+                    }
+                    // Eviction deletes whole keys, and a segment a write re-created since
+                    // holds only that write's bits: the digests tell both.
+                    Some(NodeChange::Evicted) if self.may_compare_evictions() => {
+                        tracing::warn!(prefix = %self.prefix, generation, group, "the cluster node holding a group evicted keys: comparing its segments");
+                        self.compared_evictions();
+                        let differ = self
+                            .group_differing(&mut conn, generation, group, &key)
+                            .await?;
+                        return Ok(Some((group, (all, node), differ)));
+                    }
+                    // Not now (see `may_compare_evictions`): keep vouching for the node's
+                    // data as last compared, and move what the versions say.
+                    Some(NodeChange::Evicted) => node = None,
+                    Some(NodeChange::Same) | None => {}
                 }
                 if self.ledger.group_held(generation, group) == Some(all) {
                     return Ok(None);
@@ -413,42 +441,55 @@ impl Inner {
     }
 
     /// Per group: its `all` count (read before any of its segments) and the segments whose
-    /// digest in Redis differs from the local copy's. Segments that match are recorded at
-    /// the version read with their digest.
+    /// digest in Redis differs from the local copy's ([`group_differing`](Self::group_differing)).
     async fn differing_segments(
         &self,
         generation: u64,
     ) -> Result<Vec<(u64, GroupState, Vec<u64>)>, Error> {
-        let segments = self.segments();
-        let per_call = (DIGEST_BYTES_PER_CALL / self.cfg.segment_bytes).max(1);
         self.each_group(|group| async move {
             let mut conn = self.conn.clone();
             let versions = self.keys.versions(generation, group);
             let (all, node) = group_state(&mut conn, &versions, self.cfg.cluster).await?;
-            let mut differ = Vec::new();
-            let range: Vec<u64> = segments_of(group, segments).collect();
-            for chunk in range.chunks(per_call as usize) {
-                let script = scripts::digests();
-                let mut invocation = script.key(&versions);
-                for &s in chunk {
-                    invocation.key(self.keys.segment(generation, s));
-                }
-                for &s in chunk {
-                    invocation.arg(s);
-                }
-                let reply: Vec<String> = invocation.invoke_async(&mut conn).await?;
-                for (&s, pair) in chunk.iter().zip(reply.chunks_exact(2)) {
-                    let version: u64 = pair[0].parse().unwrap_or(0);
-                    if self.local_digest(generation, s).as_deref() == Some(pair[1].as_str()) {
-                        self.ledger.set_seen(generation, s, version);
-                    } else {
-                        differ.push(s);
-                    }
-                }
-            }
+            let differ = self
+                .group_differing(&mut conn, generation, group, &versions)
+                .await?;
             Ok((group, (all, node), differ))
         })
         .await
+    }
+
+    /// The segments of `group` whose digest in Redis differs from the local copy's (version
+    /// hash `versions`); those that match are recorded at the version read with their digest.
+    async fn group_differing(
+        &self,
+        conn: &mut Conn,
+        generation: u64,
+        group: u64,
+        versions: &str,
+    ) -> Result<Vec<u64>, Error> {
+        let per_call = (DIGEST_BYTES_PER_CALL / self.cfg.segment_bytes).max(1);
+        let mut differ = Vec::new();
+        let range: Vec<u64> = segments_of(group, self.segments()).collect();
+        for chunk in range.chunks(per_call as usize) {
+            let script = scripts::digests();
+            let mut invocation = script.key(versions);
+            for &s in chunk {
+                invocation.key(self.keys.segment(generation, s));
+            }
+            for &s in chunk {
+                invocation.arg(s);
+            }
+            let reply: Vec<String> = invocation.invoke_async(conn).await?;
+            for (&s, pair) in chunk.iter().zip(reply.chunks_exact(2)) {
+                let version: u64 = pair[0].parse().unwrap_or(0);
+                if self.local_digest(generation, s).as_deref() == Some(pair[1].as_str()) {
+                    self.ledger.set_seen(generation, s, version);
+                } else {
+                    differ.push(s);
+                }
+            }
+        }
+        Ok(differ)
     }
 
     /// The SHA-1 (hex) of segment `s` of the local copy of `generation`, without trailing
