@@ -276,17 +276,9 @@ async fn a_joiner_after_nodes_evicted_segments_is_not_fresh_without_them() {
             .expect("a one-letter hash tag on every node");
         let held = evict::count(&mut conn, "*:seg*").await;
         assert!(held > 0, "node {node} holds segments of A's keys");
-        evict::limit_memory(&mut conn, 2 << 20).await;
         let mut fill = conn.clone();
-        evict::fill_until_evicted(
-            &mut fill,
-            &format!("{tag}:other"),
-            &mut conn,
-            "*:seg*",
-            None,
-        )
-        .await;
-        evict::unlimit_memory(&mut conn).await;
+        let names = format!("{tag}:other");
+        evict::evict(&mut conn, &mut fill, &names, "*:seg*", None, 2 << 20).await;
         evicted += held;
     }
 

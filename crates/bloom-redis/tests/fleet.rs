@@ -712,27 +712,24 @@ async fn keys_redis_evicted_are_not_vouched_for_until_their_holder_pushed_them_a
         evict::count(&mut redis, segments).await > 0,
         "A's rows are in Redis's segments"
     );
-    evict::limit_memory(&mut redis, 4 << 20).await;
     // Another service's keys, in another database, fill the memory until Redis has evicted
     // every segment. Redis samples each database for its eviction candidates, so it sees the
     // few keys of ours every time, and the segments, idle, are the oldest; the config, read
     // throughout, must stay: a new one would be a restart, which the run_id alone reveals.
     let mut other_service = connect(format!("{}1", fleet.server.url())).await;
     let config = "{evicted-by-redis}:config";
-    evict::fill_until_evicted(
-        &mut other_service,
-        "other",
-        &mut redis,
-        segments,
-        Some(config),
-    )
-    .await;
-    assert_eq!(
-        evict::count(&mut redis, config).await,
-        1,
-        "the config stayed"
-    );
-    evict::unlimit_memory(&mut redis).await;
+    let mut evict_every_segment = async |names: &str| {
+        evict::evict(
+            &mut redis,
+            &mut other_service,
+            names,
+            segments,
+            Some(config),
+            4 << 20,
+        )
+        .await
+    };
+    evict_every_segment("other").await;
 
     let b = fleet.join(1, rarely).await;
     let joined = Instant::now();
@@ -773,21 +770,7 @@ async fn keys_redis_evicted_are_not_vouched_for_until_their_holder_pushed_them_a
     // not compare every segment again (under constant evictions every pass of every instance
     // would have Redis hash the whole filter). It goes on vouching for the data it compared,
     // so C, which joins the new data, lets every row through, stale, and never answers "absent".
-    evict::limit_memory(&mut redis, 4 << 20).await;
-    evict::fill_until_evicted(
-        &mut other_service,
-        "more",
-        &mut redis,
-        segments,
-        Some(config),
-    )
-    .await;
-    assert_eq!(
-        evict::count(&mut redis, config).await,
-        1,
-        "the config stayed"
-    );
-    evict::unlimit_memory(&mut redis).await;
+    evict_every_segment("more").await;
     let pass = a.reconcile_now().await.expect("A's pass");
     assert!(
         !pass.full,

@@ -4,7 +4,7 @@
 use redis::aio::MultiplexedConnection;
 
 /// Sets `allkeys-lru` and a `maxmemory` of what the server uses now plus `headroom` bytes.
-pub async fn limit_memory(conn: &mut MultiplexedConnection, headroom: u64) {
+async fn limit_memory(conn: &mut MultiplexedConnection, headroom: u64) {
     let info: String = redis::cmd("INFO")
         .arg("memory")
         .query_async(conn)
@@ -27,7 +27,7 @@ pub async fn limit_memory(conn: &mut MultiplexedConnection, headroom: u64) {
 }
 
 /// Lifts the memory limit: nothing more is evicted.
-pub async fn unlimit_memory(conn: &mut MultiplexedConnection) {
+async fn unlimit_memory(conn: &mut MultiplexedConnection) {
     let _: () = redis::cmd("CONFIG")
         .arg("SET")
         .arg("maxmemory")
@@ -47,16 +47,20 @@ pub async fn count(conn: &mut MultiplexedConnection, pattern: &str) -> usize {
     found.len()
 }
 
-/// Writes 1 KiB values named `{names}:{n}` through `fill`, eight per round trip, until no
-/// key matches `evicted` on `watch`; before each round, reads hash `keep` on `watch` (if
-/// any), as a fleet reads its config at every pass, so that it is no candidate for eviction.
-pub async fn fill_until_evicted(
+/// Limits `watch`'s server to what it uses plus `headroom` bytes under `allkeys-lru`, writes
+/// 1 KiB values named `{names}:{n}` through `fill` (eight per round trip) until no key
+/// matches `evicted` on `watch`, then lifts the limit. Before each round it reads hash `keep`
+/// on `watch` (if any), as a fleet reads its config at every pass, and it checks at the end
+/// that `keep` stayed.
+pub async fn evict(
+    watch: &mut MultiplexedConnection,
     fill: &mut MultiplexedConnection,
     names: &str,
-    watch: &mut MultiplexedConnection,
     evicted: &str,
     keep: Option<&str>,
+    headroom: u64,
 ) {
+    limit_memory(watch, headroom).await;
     // Redis's LRU clock ticks once a second: two ticks of idleness make what is to be
     // evicted older than anything touched or written from here on.
     tokio::time::sleep(std::time::Duration::from_millis(2_100)).await;
@@ -84,4 +88,8 @@ pub async fn fill_until_evicted(
             "hang: Redis evicted no key matching {evicted}"
         );
     }
+    if let Some(keep) = keep {
+        assert_eq!(count(watch, keep).await, 1, "{keep} stayed");
+    }
+    unlimit_memory(watch).await;
 }
