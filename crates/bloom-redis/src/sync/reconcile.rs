@@ -242,7 +242,10 @@ impl Inner {
             match seen {
                 Some(seen) if seen == current => (current, false),
                 Some(seen) if scripts::same_process(&seen, &current) => {
-                    if self.may_compare_evictions() {
+                    if full {
+                        // Compares every segment anyway.
+                        (current, true)
+                    } else if self.may_compare_evictions() {
                         tracing::warn!(prefix = %self.prefix, policy = %joined.evicting, "Redis evicted keys, or its eviction policy changed: comparing every segment");
                         self.compared_evictions();
                         (current, true)
