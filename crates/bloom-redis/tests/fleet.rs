@@ -681,6 +681,37 @@ async fn a_key_redis_lost_is_not_vouched_for_until_its_holder_pushed_it_again() 
     );
 }
 
+/// Until `instance` (named `name` in messages) is fresh and holds every one of `rows`,
+/// asserting meanwhile that it never answers "absent" for one: while it lacks any, it must be
+/// stale and let them through. Returns how long it took.
+async fn fresh_with_every_row_never_absent(
+    name: &str,
+    instance: &RedisSync<String>,
+    rows: &[String],
+) -> Duration {
+    let started = Instant::now();
+    while !(instance.stats().fresh && has_all(instance, rows)) {
+        let missing = rows
+            .iter()
+            .filter(|k| !instance.filter().contains(*k))
+            .count();
+        assert_eq!(
+            missing,
+            0,
+            "{name} answered \"absent\" for {missing} of the rows {:?} in; {name}: {:?}",
+            started.elapsed(),
+            instance.stats()
+        );
+        assert!(
+            started.elapsed() < HANG,
+            "hang: {name} fresh with every row; {name}: {:?}",
+            instance.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    started.elapsed()
+}
+
 /// Redis as many services run it, a cache with a memory limit and `allkeys-lru`, evicts the
 /// filter's segments (idle since written) to make room for other keys. An instance that joins
 /// then pulls a filter without them while A, which holds the rows, vouches for Redis's data
@@ -731,28 +762,13 @@ async fn keys_redis_evicted_are_not_vouched_for_until_their_holder_pushed_them_a
     };
     evict_every_segment("other").await;
 
+    let joining = Instant::now();
     let b = fleet.join(1, rarely).await;
     let joined = Instant::now();
     // B lets every row through (stale) for as long as it lacks one: A's heartbeats, which
     // vouch for the data A last reconciled with, must not make it fresh before A has pushed
     // the rows back.
-    while !(b.stats().fresh && has_all(&b, &rows)) {
-        let missing = rows.iter().filter(|k| !b.filter().contains(*k)).count();
-        assert_eq!(
-            missing,
-            0,
-            "B answered \"absent\" for {missing} of A's rows {:?} after joining, Redis having \
-             evicted them; B: {:?}",
-            joined.elapsed(),
-            b.stats()
-        );
-        assert!(
-            joined.elapsed() < HANG,
-            "hang: B fresh with every row; B: {:?}",
-            b.stats()
-        );
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    let took = fresh_with_every_row_never_absent("B", &b, &rows).await;
     stays_fresh(&b).await;
     // What pushed them: A's pass when it first heard B (it owes a pull to a member it has not
     // heard before), which found Redis's data changed and compared every segment.
@@ -762,8 +778,9 @@ async fn keys_redis_evicted_are_not_vouched_for_until_their_holder_pushed_them_a
         "A pushed the evicted segments back in a full pass: {pushed:?}"
     );
     eprintln!(
-        "keys Redis evicted: B fresh with them {:?} after joining",
-        joined.elapsed()
+        "keys Redis evicted: B fresh with them {:?} after it began to join ({took:?} after \
+         `connect` returned)",
+        joined - joining + took
     );
 
     // Evicted again, well within a sixth of `full_pass_every` (1 h) of A's comparison: A does
@@ -797,21 +814,7 @@ async fn keys_redis_evicted_are_not_vouched_for_until_their_holder_pushed_them_a
     // and pushed the rows back. A full pass compares every segment anyway: A vouches for the
     // new data from it on, rather than at its next allowed comparison, and C is fresh.
     a.full_pass_now().await.expect("A's full pass");
-    while !(c.stats().fresh && has_all(&c, &rows)) {
-        let missing = rows.iter().filter(|k| !c.filter().contains(*k)).count();
-        assert_eq!(
-            missing,
-            0,
-            "C answered \"absent\" for {missing} of A's rows; C: {:?}",
-            c.stats()
-        );
-        assert!(
-            watched.elapsed() < HANG,
-            "hang: C fresh with every row; C: {:?}",
-            c.stats()
-        );
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    fresh_with_every_row_never_absent("C", &c, &rows).await;
 }
 
 // ---------------------------------------------------------------------------------------------
