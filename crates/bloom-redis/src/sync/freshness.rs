@@ -509,17 +509,20 @@ mod tests {
         freshness.pulled(freshness.pull_started());
     }
 
+    /// A heartbeat from `sender` vouching for `data` asks for a pull; the view is stale until
+    /// the pull is done, then fresh.
+    fn heard_then_pulled(freshness: &Freshness, sender: u64, data: &str) {
+        assert!(beat(freshness, sender, data), "a pull is asked for");
+        assert!(!freshness.is_fresh());
+        pull(freshness);
+        assert!(freshness.is_fresh());
+    }
+
     #[test]
     fn an_instance_first_heard_is_pulled_from_before_the_view_is_fresh() {
         let freshness = reconciled("dataset/run-1");
         assert!(freshness.is_fresh());
-        assert!(
-            beat(&freshness, OTHER, "dataset/run-1"),
-            "a pull is asked for"
-        );
-        assert!(!freshness.is_fresh());
-        pull(&freshness);
-        assert!(freshness.is_fresh());
+        heard_then_pulled(&freshness, OTHER, "dataset/run-1");
         assert!(!beat(&freshness, OTHER, "dataset/run-1"), "once only");
         assert!(freshness.is_fresh());
     }
@@ -553,13 +556,7 @@ mod tests {
             freshness.report().reason
         );
         // It reconciled (and pushed what the new data lacked): pull after it, then fresh.
-        assert!(
-            beat(&freshness, OTHER, "dataset/run-2"),
-            "a pull is asked for"
-        );
-        assert!(!freshness.is_fresh());
-        pull(&freshness);
-        assert!(freshness.is_fresh());
+        heard_then_pulled(&freshness, OTHER, "dataset/run-2");
     }
 
     #[test]

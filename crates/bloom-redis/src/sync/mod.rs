@@ -93,10 +93,9 @@ struct Inner {
     last_full_pass: Mutex<Option<Instant>>,
     /// Redis's dataset id as last seen (see `scripts::Joined::incarnation`).
     incarnation: Mutex<Option<String>>,
-    /// When a pass last compared segments because Redis evicted keys; whether the pass
-    /// running now may, and whether it does (see `Inner::may_compare_evictions`).
+    /// When a pass last compared segments because Redis evicted keys, and whether the pass
+    /// running now does (see `Inner::may_compare_evictions`).
     last_eviction_compare: Mutex<Option<Instant>>,
-    eviction_compare_allowed: AtomicBool,
     eviction_compared: AtomicBool,
     /// The serving generation and the one being built.
     state: Mutex<State>,
@@ -215,7 +214,6 @@ impl<K: ?Sized> RedisSync<K> {
             last_full_pass: Mutex::new(None),
             incarnation: Mutex::new(None),
             last_eviction_compare: Mutex::new(None),
-            eviction_compare_allowed: AtomicBool::new(true),
             eviction_compared: AtomicBool::new(false),
             state: Mutex::new(State {
                 generation: 0,

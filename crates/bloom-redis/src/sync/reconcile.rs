@@ -73,7 +73,10 @@ impl Inner {
     /// have Redis hash the whole filter for every instance every `reconcile_every`. Until
     /// an instance compares, it vouches for the data it last compared, and the fleet is stale.
     pub(super) fn may_compare_evictions(&self) -> bool {
-        self.eviction_compare_allowed.load(Relaxed)
+        // Set only when a pass ends, so the same answer for every group of one pass.
+        lock(&self.last_eviction_compare).is_none_or(|last| {
+            last.elapsed() >= self.cfg.full_pass_every / EVICTION_COMPARES_PER_FULL_PASS
+        })
     }
 
     /// This pass compares segments because Redis evicted keys: once it succeeds, the next
@@ -125,10 +128,6 @@ impl Inner {
     pub(super) async fn reconcile(&self, trigger: Trigger) -> Result<ReconcileReport, Error> {
         let _transition = self.transition.lock().await;
         let started = Instant::now();
-        let allowed = lock(&self.last_eviction_compare).is_none_or(|last| {
-            last.elapsed() >= self.cfg.full_pass_every / EVICTION_COMPARES_PER_FULL_PASS
-        });
-        self.eviction_compare_allowed.store(allowed, Relaxed);
         self.eviction_compared.store(false, Relaxed);
         // Read before anything is pulled: what was owed before this instant is paid by
         // this pass, what comes later is not.
