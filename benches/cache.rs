@@ -16,9 +16,12 @@
 //!   `filter_then_moka_per_entry_expiry` (the probe, then the per-entry-expiry get: what a hit
 //!   cost before `GuardedCache` kept its own deadlines).
 //! * `cache_hit/interleaved/{10000,1000}/…` (printed, not a criterion row): `moka_sync_get`,
-//!   `filter_then_moka_sync_get`, `guarded_get_or_load`, `filter_contains` and
-//!   `moka_future_get` taking turns in one process, and their ratios per round, medians over
-//!   101 rounds: the figure for the ≤ 1.1× target, since on this VM rows timed one after
+//!   `filter_then_moka_sync_get`, `guarded_get_or_load`, `filter_contains`,
+//!   `moka_future_get`, `core_contains` (the same probe on the `BloomFilter` itself, without
+//!   `SharedFilter`'s read of the current filter) and `moka_sync_get_prehashed` (a bare
+//!   `moka::sync` get whose hasher is one multiply instead of SipHash: what moka's own
+//!   hashing costs a hit) taking turns in one process, and their ratios per round, medians
+//!   over 101 rounds: the figure for the ≤ 1.1× target, since on this VM rows timed one after
 //!   another drift apart by more than the gap measured;
 //! * `cache_reject/{filter_contains,guarded_get_or_load}`: a lookup of one of 10,000 keys the
 //!   filter rejects, through the filter alone and through `GuardedCache::get_or_load` (which
@@ -31,6 +34,7 @@
 //!
 //! Run: `cargo bench -p bloom-benches --bench cache`.
 
+use std::hash::{BuildHasherDefault, Hasher};
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -46,6 +50,11 @@ struct NeverFails;
 type Value = Arc<str>;
 
 fn filter() -> SharedFilter<u64> {
+    SharedFilter::<u64>::new(core_filter())
+}
+
+/// The filter every guarded row probes: 1M ids at 1%.
+fn core_filter() -> BloomFilter {
     let filter = BloomFilter::builder()
         .expected_items(1_000_000)
         .false_positive_rate(0.01)
@@ -53,7 +62,26 @@ fn filter() -> SharedFilter<u64> {
         .build()
         .unwrap();
     filter.insert_many(0..1_000_000u64);
-    SharedFilter::<u64>::new(filter)
+    filter
+}
+
+/// Hashes one `u64` with one 128-bit multiply (folded): a hasher for keys already hashed.
+#[derive(Clone, Default)]
+struct OneMultiply(u64);
+
+impl Hasher for OneMultiply {
+    fn finish(&self) -> u64 {
+        let product = u128::from(self.0) * 0x9E37_79B9_7F4A_7C15;
+        product as u64 ^ (product >> 64) as u64
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, word: u64) {
+        self.0 ^= word;
+    }
 }
 
 fn guarded(filter: SharedFilter<u64>) -> GuardedCache<u64, Value> {
@@ -226,12 +254,14 @@ fn cache_hit_interleaved(_: &mut Criterion) {
 fn interleaved(hot_keys: u64) {
     const ROUNDS: usize = 101;
     const PER_ROUND: u64 = 100_000;
-    const NAMES: [&str; 5] = [
+    const NAMES: [&str; 7] = [
         "moka_sync_get",
         "filter_then_moka_sync_get",
         "guarded_get_or_load",
         "filter_contains",
         "moka_future_get",
+        "core_contains",
+        "moka_sync_get_prehashed",
     ];
     let rt = runtime(1);
     let filter = filter();
@@ -251,12 +281,24 @@ fn interleaved(hot_keys: u64) {
         .max_capacity(100_000)
         .time_to_live(Duration::from_secs(3600))
         .build();
-    let mut times = vec![[0f64; 5]; ROUNDS];
+    // The probe without `SharedFilter`'s read of the current filter (an `ArcSwap` load): the
+    // same filter, asked directly.
+    let core = core_filter();
+    // A bare `moka::sync` get that does not hash the key with SipHash (std's `RandomState`,
+    // moka's default) but with one multiply: what moka's own hashing costs a hit, which a
+    // cache handed the filter's hash would save.
+    let moka_prehashed: moka::sync::Cache<u64, Value, BuildHasherDefault<OneMultiply>> =
+        moka::sync::Cache::builder()
+            .max_capacity(100_000)
+            .time_to_live(Duration::from_secs(3600))
+            .build_with_hasher(BuildHasherDefault::default());
+    let mut times = vec![[0f64; NAMES.len()]; ROUNDS];
     rt.block_on(async {
         for id in 0..hot_keys {
             cache.get_or_load(&id, load).await.unwrap();
             moka_sync.insert(id, Arc::from(format!("user {id}")));
             moka_behind_filter.insert(id, Arc::from(format!("user {id}")));
+            moka_prehashed.insert(id, Arc::from(format!("user {id}")));
             moka_future
                 .insert(id, Arc::from(format!("user {id}")))
                 .await;
@@ -280,7 +322,9 @@ fn interleaved(hot_keys: u64) {
                     1 => each_key!(filter.contains(&i).then(|| moka_behind_filter.get(&i))),
                     2 => each_key!(cache.get_or_load(&i, load).await.unwrap()),
                     3 => each_key!(filter.contains(&i)),
-                    _ => each_key!(moka_future.get(&i).await),
+                    4 => each_key!(moka_future.get(&i).await),
+                    5 => each_key!(core.contains(&i)),
+                    _ => each_key!(moka_prehashed.get(&i)),
                 }
                 time[variant] = start.elapsed().as_nanos() as f64 / PER_ROUND as f64;
             }
@@ -299,7 +343,7 @@ fn interleaved(hot_keys: u64) {
             "cache_hit/interleaved/{hot_keys}/{name}: median {median:.1} ns (p10 {p10:.1}, p90 {p90:.1})"
         );
     }
-    for (a, b) in [(2, 0), (1, 0), (2, 1), (2, 4)] {
+    for (a, b) in [(2, 0), (1, 0), (2, 1), (2, 4), (6, 0)] {
         let (median, p10, p90) = percentiles(times.iter().map(|t| t[a] / t[b]).collect());
         eprintln!(
             "cache_hit/interleaved/{hot_keys}: {} / {}: median {median:.3}× (p10 {p10:.3}, p90 {p90:.3}; \

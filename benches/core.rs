@@ -48,10 +48,15 @@
 //!     an array that stays in L2: the "one L2 line" part of the floor, for the 300k hit rows.
 //!
 //!   * `random_line_read_1M_1.26MB_past_L2`, `random_line_read_300k_0.38MB_in_L2`: the same
-//!     over an array the size of the SplitBlock filter (2% larger at p = 1%).
+//!     over an array the size of the SplitBlock filter (2% larger at p = 1%);
+//!   * `siphash13_then_line_<n>_<size>_<where>`: the two parts as one operation, as a lookup
+//!     does them: SipHash-1-3 of the next key, a multiply-shift of the hash to a line of the
+//!     array, one word of that line. The read waits for its hash, and ~80 instructions of hash
+//!     between reads leave room for fewer reads in flight than the read-only loop overlaps.
 //!
-//!   The floor of `contains_hit/u64/<n>` is `siphash13_u64` + `random_line_read_<n>_…` of the
-//!   array of that row's size;
+//!   The floor of `contains_hit/u64/<n>` is `siphash13_then_line_<n>_…` of the array of that
+//!   row's size; `siphash13_u64` + `random_line_read_<n>_…`, the sum of the parts each in a
+//!   loop of its own, is a lower bound no lookup reaches past L2;
 //! * `contains_threads/…`: `bloom-core-blocked-1t` / `-2t`, hits looked up by 1 or 2 threads
 //!   sharing one `&BloomFilter`; `time(1t) / time(2t)` is the 2-thread speedup.
 //!
@@ -780,7 +785,8 @@ struct FloorLine([u64; 8]);
 /// The floor of a single lookup, in its two parts (see the module doc): `floor/siphash13_u64`
 /// (SipHash-1-3 of an 8-byte key, the `siphasher` crate, keyed) and
 /// `floor/random_line_read_<n>_<size>_<where>` (one word of a random 64-byte line of an
-/// array the size of the Blocked filter for `n` keys), one per iteration. Keys and positions
+/// array the size of the Blocked filter for `n` keys), one per iteration; and both as one
+/// operation, `floor/siphash13_then_line_<n>_<size>_<where>` (the line the hash picks). Keys and positions
 /// are as many as the `contains_hit/u64/<n>` rows walk, in arrays read sequentially and
 /// cyclically as those rows read their keys, the positions uniform over the whole array.
 fn floor(c: &mut Criterion) {
@@ -835,6 +841,31 @@ fn floor(c: &mut Criterion) {
                     i = 0;
                 }
                 lines[p].0[p & 7]
+            });
+        });
+        // The two parts as one operation, as a lookup does them: the line read waits for the
+        // hash that picks it, so fewer reads overlap than in the read-only loop above.
+        let keys: Vec<u64> = (0..positions.len() as u64)
+            .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+            .collect();
+        let name = format!(
+            "siphash13_then_line_{}_{:.2}MB_{place}",
+            size_label(n),
+            bytes as f64 / 1e6
+        );
+        group.bench_function(name, |b| {
+            let mut i = 0;
+            b.iter(|| {
+                let mut h = siphasher::sip::SipHasher13::new_with_keys(7, 11);
+                h.write_u64(keys[i]);
+                i += 1;
+                if i == keys.len() {
+                    i = 0;
+                }
+                let h = h.finish();
+                // The cheapest uniform reduction to a line of an array this size.
+                let p = ((u128::from(h) * lines.len() as u128) >> 64) as usize;
+                lines[p].0[(h & 7) as usize]
             });
         });
     }
