@@ -132,9 +132,16 @@ impl Keys {
     pub(crate) fn acks(&self, g: u64) -> String {
         format!("{}:g{g}:acks", self.base)
     }
-    /// STRING: set when generation `g`'s source starts being read; later acks are refused.
+    /// STRING with a TTL: set when generation `g`'s source starts being read. Only instances
+    /// of versions before [`open`](Self::open) read it; it is still set for them.
     pub(crate) fn sealed(&self, g: u64) -> String {
         format!("{}:g{g}:sealed", self.base)
+    }
+    /// STRING with a TTL: set when generation `g`'s rebuild is announced, deleted when its
+    /// source starts being read. An acknowledgement is in time only while it exists, so one
+    /// Redis lost (evicted, expired) makes it late, which is safe.
+    pub(crate) fn open(&self, g: u64) -> String {
+        format!("{}:g{g}:open", self.base)
     }
     /// The hash tag of group `group` of generation `g`.
     fn group(&self, g: u64, group: u64) -> String {

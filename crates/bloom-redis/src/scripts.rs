@@ -280,9 +280,9 @@ return 1
 }
 
 /// Announces a rebuild of generation `ARGV[2]` if the lock `KEYS[1]` still holds `ARGV[1]`:
-/// sets building `KEYS[2]` (TTL `ARGV[3]`), clears acks `KEYS[3]` / sealed `KEYS[4]`, publishes
-/// `ARGV[5]` on channel `ARGV[4]`. Returns [`Lock`]. (The segments were emptied before, group by
-/// group: [`reset_group`].)
+/// sets building `KEYS[2]` (TTL `ARGV[3]`), clears acks `KEYS[3]` / sealed `KEYS[4]`, opens the
+/// acknowledgement window `KEYS[5]` (TTL `ARGV[6]`), publishes `ARGV[5]` on channel `ARGV[4]`.
+/// Returns [`Lock`]. (The segments were emptied before, group by group: [`reset_group`].)
 pub(crate) fn begin() -> Script {
     Script::new(
         r"
@@ -290,18 +290,21 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('DEL', KEYS[3], KEYS[4])
+redis.call('SET', KEYS[5], '1', 'PX', ARGV[6])
 redis.call('PUBLISH', ARGV[4], ARGV[5])
 return 1
 ",
     )
 }
 
-/// Seals a generation's acks (sets `KEYS[2]`, TTL `ARGV[2]` ms) if the lock `KEYS[1]` still holds
-/// `ARGV[1]`; refreshes the lock's TTL to `ARGV[3]` ms. Returns [`Lock`].
+/// Seals a generation's acks if the lock `KEYS[1]` still holds `ARGV[1]`: closes the window
+/// `KEYS[3]`, sets `KEYS[2]` (TTL `ARGV[2]` ms; what instances of earlier versions check) and
+/// refreshes the lock's TTL to `ARGV[3]` ms. Returns [`Lock`].
 pub(crate) fn seal() -> Script {
     Script::new(
         r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[3])
 redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
@@ -309,11 +312,15 @@ return 1
     )
 }
 
-/// Acknowledges (SADD `ARGV[1]` to `KEYS[1]`) unless `KEYS[2]` is sealed. Returns [`Ack`].
+/// Acknowledges (SADD `ARGV[1]` to `KEYS[1]`) while the window `KEYS[2]` is open. Returns
+/// [`Ack`]: late when the window is closed, and also when Redis lost it (it has a TTL, which a
+/// `volatile-*` eviction policy may take), since a late instance carries its bits over and
+/// loses nothing, where one wrongly in time loses what it inserted before it double-wrote.
+/// (It used to check the seal instead: a lost seal made every later ack in time.)
 pub(crate) fn ack() -> Script {
     Script::new(
         r"
-if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+if redis.call('EXISTS', KEYS[2]) == 0 then return 0 end
 redis.call('SADD', KEYS[1], ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1

@@ -958,6 +958,75 @@ async fn a_late_instance_keeps_its_keys_through_a_generation_switch_released_aft
     late_instance("late-after", false).await;
 }
 
+/// C joins during A's rebuild, after its seal, from a snapshot holding K (created on C before
+/// it went down; its publish never left), and Redis has lost the seal meanwhile: the seal is
+/// a key with a TTL, which a `volatile-*` eviction policy may take (or an operator's cleanup).
+/// A lost seal must not make C's acknowledgement count as in time: C's K is in neither the
+/// source nor the new generation C double-writes, so only carrying C's serving bits over at
+/// the switch keeps C from answering "absent" for its own key. A reads no pub/sub (it cannot
+/// hear of C, or route C's bits, before it uploads) and reconciles every 60 s, so nothing
+/// else brings K into the new generation before C switches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_instance_that_acknowledges_after_a_lost_seal_keeps_its_keys_through_the_switch() {
+    let Some(fleet) = Fleet::start(2, "seal-lost").await else {
+        return;
+    };
+    let deaf = |b: RedisSyncBuilder| b.pubsub(false).reconcile_every(Duration::from_secs(60));
+    let a = Arc::new(fleet.join(0, deaf).await);
+    let rows = keys("row", 200);
+    for k in &rows {
+        a.filter().insert(k);
+    }
+    let source = Arc::new(Gated::new(rows.clone()));
+    let rebuild = tokio::spawn({
+        let (a, source) = (Arc::clone(&a), Arc::clone(&source));
+        async move { a.rebuild(&*source).await }
+    });
+    eventually("the rebuild sealed and reads its source", || {
+        source.started.load(SeqCst)
+    })
+    .await;
+    let mut redis = redis::Client::open(fleet.server.url())
+        .unwrap()
+        .get_multiplexed_tokio_connection()
+        .await
+        .unwrap();
+    let removed: u64 = redis::cmd("DEL")
+        .arg("{seal-lost}:g2:sealed")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(removed, 1, "the seal was there to lose");
+
+    let k = "created-on-c-before-it-joined";
+    let snapshot = filter::<String>();
+    snapshot.insert(k);
+    let c = short(RedisSync::builder(&fleet.proxies[1].url()).prefix("seal-lost"))
+        .reconcile_every(Duration::from_secs(60))
+        .connect(&snapshot)
+        .await
+        .expect("C joins");
+    assert_eq!(
+        c.stats().building,
+        Some(2),
+        "C double-writes the new generation"
+    );
+    assert!(has(&c, k));
+
+    source.gate.add_permits(1);
+    let outcome = rebuild.await.unwrap().expect("rebuild");
+    assert!(
+        matches!(outcome, Rebuilt::Rebuilt { generation: 2, .. }),
+        "{outcome:?}"
+    );
+    eventually("C switched", || c.stats().generation == 2).await;
+    assert!(
+        has(&c, k),
+        "C answers \"absent\" for K, which it inserted itself, after the switch"
+    );
+    assert!(has_all(&c, &rows));
+}
+
 // ---------------------------------------------------------------------------------------------
 // 7. A rebuild much longer than the lock's TTL.
 // ---------------------------------------------------------------------------------------------

@@ -175,7 +175,7 @@ impl Inner {
         let mut conn = self.conn.clone();
         let ack: Ack = scripts::ack()
             .key(self.keys.acks(generation))
-            .key(self.keys.sealed(generation))
+            .key(self.keys.open(generation))
             .arg(self.id)
             .arg(self.ttl_ms().saturating_mul(10))
             .invoke_async(&mut conn)

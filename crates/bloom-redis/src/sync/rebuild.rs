@@ -107,6 +107,7 @@ impl Inner {
         let sealed: Lock = scripts::seal()
             .key(self.keys.lock())
             .key(self.keys.sealed(generation))
+            .key(self.keys.open(generation))
             .arg(token)
             .arg(self.ttl_ms().saturating_mul(10))
             .arg(self.ttl_ms())
@@ -187,11 +188,13 @@ impl Inner {
             .key(self.keys.building())
             .key(self.keys.acks(generation))
             .key(self.keys.sealed(generation))
+            .key(self.keys.open(generation))
             .arg(token)
             .arg(generation)
             .arg(self.ttl_ms())
             .arg(self.keys.channel())
             .arg(protocol::encode(Kind::Building, self.id, generation, &[]))
+            .arg(self.ttl_ms().saturating_mul(10))
             .invoke_async(&mut conn)
             .await?;
         if begun == Lock::Lost {
