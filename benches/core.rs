@@ -844,7 +844,9 @@ fn floor(c: &mut Criterion) {
             });
         });
         // The two parts as one operation, as a lookup does them: the line read waits for the
-        // hash that picks it, so fewer reads overlap than in the read-only loop above.
+        // hash that picks it, so fewer reads overlap than in the read-only loop above. (Each
+        // loop is written out: walking the arrays through a shared helper made the 300k line
+        // read 0.97 ns instead of 0.74.)
         let keys: Vec<u64> = (0..positions.len() as u64)
             .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
             .collect();
