@@ -122,6 +122,16 @@ impl Fleet {
             .expect("join")
     }
 
+    /// A connection to the server itself (no proxy), to database `db`: what the test does
+    /// to Redis behind the instances' backs.
+    async fn direct(&self, db: u8) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(format!("{}{db}", self.server.url()))
+            .unwrap()
+            .get_multiplexed_tokio_connection()
+            .await
+            .unwrap()
+    }
+
     async fn fault(&self, slot: usize, mode: Mode) {
         self.proxies[slot].set_mode(mode).await;
     }
@@ -730,14 +740,7 @@ async fn keys_redis_evicted_are_not_vouched_for_until_their_holder_pushed_them_a
     }
     a.propagated().await.expect("A's rows reach Redis");
 
-    let connect = |url: String| async move {
-        redis::Client::open(url)
-            .unwrap()
-            .get_multiplexed_tokio_connection()
-            .await
-            .unwrap()
-    };
-    let mut redis = connect(fleet.server.url()).await;
+    let mut redis = fleet.direct(0).await;
     let segments = "{evicted-by-redis:g*:seg*";
     assert!(
         evict::count(&mut redis, segments).await > 0,
@@ -747,7 +750,7 @@ async fn keys_redis_evicted_are_not_vouched_for_until_their_holder_pushed_them_a
     // every segment. Redis samples each database for its eviction candidates, so it sees the
     // few keys of ours every time, and the segments, idle, are the oldest; the config, read
     // throughout, must stay: a new one would be a restart, which the run_id alone reveals.
-    let mut other_service = connect(format!("{}1", fleet.server.url())).await;
+    let mut other_service = fleet.direct(1).await;
     let config = "{evicted-by-redis}:config";
     let mut evict_every_segment = async |names: &str| {
         evict::evict(
@@ -986,11 +989,7 @@ async fn an_instance_that_acknowledges_after_a_lost_seal_keeps_its_keys_through_
         source.started.load(SeqCst)
     })
     .await;
-    let mut redis = redis::Client::open(fleet.server.url())
-        .unwrap()
-        .get_multiplexed_tokio_connection()
-        .await
-        .unwrap();
+    let mut redis = fleet.direct(0).await;
     let removed: u64 = redis::cmd("DEL")
         .arg("{seal-lost}:g2:sealed")
         .query_async(&mut redis)
