@@ -36,6 +36,9 @@ use futures_util::stream;
 
 #[cfg(feature = "sqlx")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlx")))]
+pub mod change_log;
+#[cfg(feature = "sqlx")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlx")))]
 pub mod sqlx;
 
 /// The error type a [`KeySource`] may fail with: anything that converts into a boxed error.
@@ -104,6 +107,18 @@ pub trait KeySource {
         async { Ok(None) }
     }
 
+    /// `true` if two equal watermarks prove that no key was added between the calls that
+    /// returned them (a change log's last sequence number, a database snapshot's
+    /// `xmin:xmax:running` text), so that a follower ([`SharedFilter::follow`]) may skip
+    /// [`keys_since`](Self::keys_since) while the watermark stands still. `false` (the
+    /// default) for a watermark held back from a highest id, which can stand still while a row
+    /// below it commits.
+    ///
+    /// [`SharedFilter::follow`]: crate::SharedFilter::follow
+    fn watermark_is_exact(&self) -> bool {
+        false
+    }
+
     /// Every key added since `since` (a value [`watermark`](Self::watermark) returned; keys
     /// from before it may be yielded too, which costs nothing but time). Only called when
     /// `watermark` returned `Some`; the default yields nothing.
@@ -139,6 +154,18 @@ impl Watermark {
     /// Its bytes.
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
+    }
+
+    /// The position before every key: [`KeySource::keys_since`] of it yields every key the
+    /// source holds (what a follower starts from when nothing better is known).
+    ///
+    /// ```
+    /// use bloom_tower::key_source::Watermark;
+    ///
+    /// assert!(Watermark::origin().as_bytes().is_empty());
+    /// ```
+    pub fn origin() -> Self {
+        Self(Box::default())
     }
 
     /// The number it holds, if it was made [`from`](From) a `u64`.
@@ -227,6 +254,10 @@ macro_rules! forward_source {
                 since: &'a Watermark,
             ) -> impl Stream<Item = Result<impl KeyFor<S::Key> + Send + 'a, S::Error>> + Send + 'a {
                 (**self).keys_since(since)
+            }
+
+            fn watermark_is_exact(&self) -> bool {
+                (**self).watermark_is_exact()
             }
         }
     )*};

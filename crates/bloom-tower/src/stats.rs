@@ -15,6 +15,8 @@
 //! | [`bloom_filter_verifying`](names::FILTER_VERIFYING) | gauge | `filter` | 1 while the serving filter is a snapshot awaiting a full rebuild (it lets every key through), else 0 |
 //! | [`bloom_filter_unverified_passes_total`](names::FILTER_UNVERIFIED_PASSES) | counter | `filter` | keys a verifying filter let through that it would have rejected |
 //! | [`bloom_filter_caught_up_keys_total`](names::FILTER_CAUGHT_UP_KEYS) | counter | `filter` | keys read from the source since a snapshot's watermark at start |
+//! | [`bloom_filter_followed_keys_total`](names::FILTER_FOLLOWED_KEYS) | counter | `filter` | keys read by [`SharedFilter::follow`](crate::SharedFilter::follow)'s steps (a key read twice counts twice) |
+//! | [`bloom_filter_follow_errors_total`](names::FILTER_FOLLOW_ERRORS) | counter | `filter` | follow steps that failed (retried from the same position) |
 //! | [`bloom_filter_rebuild_duration_seconds`](names::FILTER_REBUILD_DURATION) | histogram | `filter` | how long each rebuild that swapped in a new filter took (seconds) |
 //! | [`bloom_filter_rejections_total`](names::FILTER_REJECTIONS) | counter | `filter` | lookups of the filter answered "definitely absent", by a guard or by a cache over it |
 //! | [`bloom_filter_false_positives_total`](names::FILTER_FALSE_POSITIVES) | counter | `filter` | lookups it let through for keys a [`GuardedCache`](crate::GuardedCache)'s loader did not find |
@@ -99,6 +101,10 @@ pub mod names {
     pub const FILTER_UNVERIFIED_PASSES: &str = "bloom_filter_unverified_passes_total";
     /// Counter: keys read from the source since a snapshot's watermark when starting from it.
     pub const FILTER_CAUGHT_UP_KEYS: &str = "bloom_filter_caught_up_keys_total";
+    /// Counter: keys read by the steps of a filter following its source's changes.
+    pub const FILTER_FOLLOWED_KEYS: &str = "bloom_filter_followed_keys_total";
+    /// Counter: steps of a filter following its source's changes that failed.
+    pub const FILTER_FOLLOW_ERRORS: &str = "bloom_filter_follow_errors_total";
     /// Histogram: seconds each rebuild that swapped in a new filter took.
     pub const FILTER_REBUILD_DURATION: &str = "bloom_filter_rebuild_duration_seconds";
     /// Counter: lookups the filter answered "definitely absent", by a guard or a cache.
@@ -200,6 +206,16 @@ pub fn describe() {
         names::FILTER_CAUGHT_UP_KEYS,
         Unit::Count,
         "Keys read from the source since a snapshot's watermark when starting from the snapshot."
+    );
+    describe_counter!(
+        names::FILTER_FOLLOWED_KEYS,
+        Unit::Count,
+        "Keys read by the steps of a filter following its source's changes."
+    );
+    describe_counter!(
+        names::FILTER_FOLLOW_ERRORS,
+        Unit::Count,
+        "Steps of a filter following its source's changes that failed (retried from the same position)."
     );
     describe_histogram!(
         names::FILTER_REBUILD_DURATION,

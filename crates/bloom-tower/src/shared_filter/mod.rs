@@ -61,6 +61,7 @@
 
 mod accuracy;
 mod external;
+mod follow;
 mod pending;
 mod pipeline;
 mod rebuild;
@@ -90,6 +91,7 @@ use stats::{FilterCounters, FilterStats};
 pub use external::{
     AlreadyBuilding, Building, ErasedKeySource, ExternalRebuild, InsertHook, RejectionOverride,
 };
+pub use follow::{Follow, Follower, MAX_BACKOFF};
 #[cfg(feature = "guarded-cache")]
 pub(crate) use pending::AfterCommit;
 pub use pending::PendingInsert;

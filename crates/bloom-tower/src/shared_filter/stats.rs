@@ -61,6 +61,11 @@ pub struct FilterStats {
     /// [`GuardedCache`](crate::GuardedCache) is built on the filter: nothing else learns of
     /// false positives.
     pub measured_fpr: Option<f64>,
+    /// Keys read by [`SharedFilter::follow`](crate::SharedFilter::follow)'s steps (or a
+    /// [`Follower`](crate::shared_filter::Follower)'s), a key read twice counted twice.
+    pub followed_keys: u64,
+    /// Follow steps that failed; each is retried from the same position.
+    pub follow_errors: u64,
 }
 
 /// The counters behind [`FilterStats`], kept by the filter's shared state. They hold no
@@ -76,6 +81,8 @@ pub(crate) struct FilterCounters {
     unverified_passes: AtomicU64,
     rejections: AtomicU64,
     false_positives: AtomicU64,
+    followed_keys: AtomicU64,
+    follow_errors: AtomicU64,
     /// Set once a cache that reports false positives is built on the filter.
     fp_reported: AtomicBool,
     #[cfg(feature = "metrics")]
@@ -149,6 +156,8 @@ impl FilterCounters {
             rejections: self.rejections.load(Relaxed),
             false_positives: self.false_positives.load(Relaxed),
             measured_fpr: self.measured_fpr(),
+            followed_keys: self.followed_keys.load(Relaxed),
+            follow_errors: self.follow_errors.load(Relaxed),
         }
     }
 
@@ -199,6 +208,28 @@ impl FilterCounters {
             describe_once();
             metrics::gauge!(names::FILTER_VERIFYING, "filter" => filter.to_owned())
                 .set(if verifying { 1.0 } else { 0.0 });
+        }
+    }
+
+    /// A follow step read `keys` keys.
+    pub(crate) fn followed(&self, filter: &str, keys: u64) {
+        self.followed_keys.fetch_add(keys, Relaxed);
+        #[cfg(feature = "metrics")]
+        {
+            describe_once();
+            metrics::counter!(names::FILTER_FOLLOWED_KEYS, "filter" => filter.to_owned())
+                .increment(keys);
+        }
+    }
+
+    /// A follow step failed.
+    pub(crate) fn follow_failed(&self, filter: &str) {
+        self.follow_errors.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        {
+            describe_once();
+            metrics::counter!(names::FILTER_FOLLOW_ERRORS, "filter" => filter.to_owned())
+                .increment(1);
         }
     }
 
