@@ -71,11 +71,12 @@ pub(super) async fn get_user(State(app): State<App>, Path(id): Path<u64>) -> Res
 /// `POST /users` `{"name", "email"}` → `201 Created` with the user.
 ///
 /// The order is what keeps the guard from ever rejecting a user that exists:
-/// 1. allocate the id (so it is known before the row exists; until the `INSERT` returns it
-///    holds the snapshot watermark below it);
-/// 2. `prepare_insert`: the id goes into the Bloom filter **before** the row becomes
-///    visible, so from the moment any reader can find the row, the guard lets it through;
-/// 3. `INSERT` the row (auto-commit: visible to every reader once it returns);
+/// 1. the database hands the id out (PostgreSQL: `INSERT … RETURNING id` in a transaction not
+///    yet committed; SQLite: the id reserved from the table's `AUTOINCREMENT` counter);
+/// 2. `prepare_insert`: the id goes into the Bloom filter (and with `--redis`, into Redis and
+///    every other instance) **before** the row becomes visible, so from the moment any reader
+///    can find the row, the guard lets it through;
+/// 3. `COMMIT` (SQLite: the `INSERT`): the row is visible to every reader;
 /// 4. `committed`: the id goes into any filter a rebuild published since step 2 (its
 ///    `SELECT id` may have run before the row was visible; with no rebuild in between it
 ///    writes nothing, so a counting filter counts the id once), and any "not found" a lookup
@@ -83,6 +84,8 @@ pub(super) async fn get_user(State(app): State<App>, Path(id): Path<u64>) -> Res
 ///
 /// If the client goes away after step 3, this future is dropped: the `PendingInsert` then
 /// does step 4 in its `Drop`, so a cancelled create never leaves a user the guard rejects.
+/// Dropped before step 3, the transaction rolls back and the id stays a harmless false
+/// positive until the next rebuild.
 pub(super) async fn create_user(State(app): State<App>, Json(new): Json<NewUser>) -> Response {
     let (name, email) = (new.name.trim(), new.email.trim());
     if name.is_empty() || !email.contains('@') {

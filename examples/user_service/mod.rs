@@ -17,19 +17,31 @@
 //! whether the last stop was graceful (Ctrl-C, SIGTERM), a crash or `kill -9`, and whatever
 //! other writers added while it was down. The filter comes from the snapshot `users.bloom`
 //! in the data directory when the snapshot was made for this filter (name, kind, and the
-//! `--filter-seed` if one is set), after the users created since its watermark (the highest
-//! committed id when it was made) are read in with `SELECT id FROM users WHERE id > $1`;
-//! otherwise it is built from the whole table (streamed by [`UserIds`](crate::db::UserIds))
-//! before the service listens. If that catch-up query fails, the snapshot serves verifying
-//! (no id is rejected) while a full rebuild is retried. The snapshot is rewritten after every
-//! rebuild (every [`Config::rebuild_every`]), every [`Config::snapshot_every`], and on
-//! graceful shutdown.
+//! `--filter-seed` if one is set), after the users committed since its watermark (a position
+//! in the `users` table's change log, which a trigger writes in every writer's transaction)
+//! are read in; otherwise it is built from the whole table (streamed by
+//! [`UserIds`](crate::db::UserIds)) before the service listens. If that catch-up query fails,
+//! the snapshot serves verifying (no id is rejected) while a full rebuild is retried. The
+//! snapshot is rewritten after every rebuild (every [`Config::rebuild_every`]), every
+//! [`Config::snapshot_every`], and on graceful shutdown.
+//!
+//! # Other writers
+//!
+//! Users written by anything else (an admin tool, an import, another service) are read from
+//! the change log every [`Config::follow_every`] (on PostgreSQL also at once, on the trigger's
+//! `NOTIFY`) and let through from then on; see bloom-tower's `SharedFilter::follow`. With
+//! `--redis` one instance of the fleet reads the log, under a lease in Redis, and the others
+//! receive the ids through Redis. Ids come from the database (PostgreSQL's identity column,
+//! SQLite's `AUTOINCREMENT` counter), so any number of instances create users on one table.
+//! With `--counting` the service follows no other writer (its own creates, read back from the
+//! log, would be counted twice, and a delete would not take them out).
 //!
 //! With `--redis` the filter is the fleet's: an instance joins it through Redis, and when
 //! the snapshot holds a filter of the fleet's shape (size, k, layout, hash key) its bits are
-//! restored first, so that joining downloads only the segments that differ from them (and
-//! uploads the ids only this instance had, if it stopped before publishing them). The
-//! snapshot is saved every [`Config::snapshot_every`] and on graceful shutdown.
+//! merged in first (`RedisSyncBuilder::warm_start`), so that joining downloads only the
+//! segments that differ from them (and uploads the ids only this instance had, if it stopped
+//! before publishing them). The snapshot is saved every [`Config::snapshot_every`] and on
+//! graceful shutdown.
 //!
 //! With [`Config::no_guard`] the same routes run with no filter and no cache: every
 //! `GET /users/{id}` is a database query (the demo's baseline).
@@ -50,7 +62,7 @@ use axum::routing::{get, post};
 use bloom_core::BloomFilter;
 use bloom_tower::key::{self, Parse, PathParam};
 use bloom_tower::reject::{REJECTION_HEADER, RejectedKey, RejectionHeader};
-use bloom_tower::shared_filter::{BackgroundTask, Started};
+use bloom_tower::shared_filter::{BackgroundTask, Follow, Started};
 use bloom_tower::stats::GuardStats;
 use bloom_tower::{BloomGuard, GuardedCache, SharedFilter};
 use tokio::net::TcpListener;
@@ -109,6 +121,12 @@ pub struct Config {
     /// is configured rather than derived from this instance's count of users).
     #[arg(long, default_value_t = 10_000_000)]
     pub filter_capacity: u64,
+    /// Read the ids other writers committed this often, in seconds (an admin tool, a batch
+    /// import, another service: anything that writes `users` without this service). On
+    /// PostgreSQL the service also `LISTEN`s, and reads a commit at once; this is then the
+    /// safety net. With `--redis` one instance of the fleet reads, under a lease.
+    #[arg(long = "follow-secs", value_name = "SECONDS", default_value = "0.25", value_parser = parse_secs)]
+    pub follow_every: Duration,
     /// Use a counting Bloom filter, so `DELETE /users/{id}` takes the id out at once and the
     /// guard rejects it again. Costs 4× the filter's memory (a 4-bit counter per bit);
     /// without it a deleted id passes the filter until the next rebuild. Not with `--redis`,
@@ -149,6 +167,7 @@ impl Default for Config {
             redis: None,
             filter_seed: None,
             filter_capacity: 10_000_000,
+            follow_every: Duration::from_millis(250),
             counting: false,
         }
     }
@@ -259,6 +278,7 @@ impl App {
             let (filter, tasks, redis) = match (&config.redis, filter) {
                 (Some(url), _) => {
                     let (filter, sync) = join_shared_filter(&config, url, &source).await?;
+                    sync.follow(source.clone(), follow(&config, &db, &source)?);
                     sync.rebuild_every(config.rebuild_every, source);
                     let tasks = vec![filter.save_every(config.snapshot_every)];
                     (filter, tasks, Some(sync))
@@ -270,10 +290,15 @@ impl App {
                     };
                     // A verifying filter (a snapshot that could not be caught up) is rebuilt
                     // at once by this task, and retried until it swaps in.
-                    let tasks = vec![
-                        filter.rebuild_every(config.rebuild_every, source),
-                        filter.save_every(config.snapshot_every),
-                    ];
+                    let mut tasks = vec![filter.save_every(config.snapshot_every)];
+                    // A counting filter would count the service's own creates twice (once
+                    // when created, once when read back from the log), and one removal would
+                    // then leave a deleted id in: it follows no other writer.
+                    if !config.counting {
+                        let how = follow(&config, &db, &source)?;
+                        tasks.push(filter.follow(source.clone(), how));
+                    }
+                    tasks.push(filter.rebuild_every(config.rebuild_every, source));
                     (filter, tasks, None)
                 }
             };
@@ -386,20 +411,26 @@ impl App {
     /// order). Cancellation-safe: if this future is dropped after the row is committed, the
     /// filter and cache work still happens.
     pub async fn create_user(&self, name: &str, email: &str) -> anyhow::Result<User> {
-        let db = self.db();
-        let id = db.allocate_id();
-        let pending = self.cache().map(|cache| cache.prepare_insert(&id.id()));
-        // With `--redis`: the id's bits reach Redis and every other instance before the row
-        // is visible. If Redis does not answer in time the create goes on: the other
-        // instances, no longer hearing from this one, let would-be rejections through until
-        // it is back (the default stale policy), so the new user is found everywhere.
-        if let Some(sync) = self.inner.guarded.as_ref().and_then(|g| g.redis.as_ref()) {
-            let _ = sync.propagated().await;
-        }
+        let cache = self.cache();
+        let sync = self.inner.guarded.as_ref().and_then(|g| g.redis.as_ref());
+        let (user, pending) = self
+            .db()
+            .create_user(name, email, |id| async move {
+                // Inside the transaction, before COMMIT: once the row is visible, the id is
+                // in the filter (and any "not found" cached for it is dropped by `committed`).
+                let pending = cache.map(|cache| cache.prepare_insert(&id));
+                // With `--redis`: the id's bits reach Redis and every other instance before
+                // the row is visible. If Redis does not answer in time the create goes on:
+                // the other instances, no longer hearing from this one, let would-be
+                // rejections through until it is back (the default stale policy).
+                if let Some(sync) = sync {
+                    let _ = sync.propagated().await;
+                }
+                pending
+            })
+            .await?;
         // On an error the id stays in the filter: a harmless false positive until the next
         // rebuild (dropping `pending` finishes its work all the same).
-        let user = db.insert_user(id.id(), name, email).await?;
-        drop(id);
         if let Some(pending) = pending {
             pending.committed().await;
         }
@@ -469,6 +500,20 @@ fn no_such_user(_key: RejectedKey<'_>) -> Response {
     handlers::not_found()
 }
 
+/// How the filter follows the users other writers commit: every
+/// [`Config::follow_every`], and on PostgreSQL also whenever a `NOTIFY` says a transaction
+/// that wrote users committed.
+fn follow(config: &Config, db: &Db, source: &crate::db::UserIds) -> anyhow::Result<Follow> {
+    let how = Follow::every(config.follow_every);
+    Ok(match db.backend() {
+        db::Backend::Sqlite => how,
+        db::Backend::Postgres => {
+            let url = config.resolved_database_url()?;
+            how.wake_on(source.notifications(&url))
+        }
+    })
+}
+
 /// Joins the filter shared through Redis: every instance builds the same empty filter (size,
 /// k, layout and hash key from the configuration), merges in what Redis holds, and the first
 /// one to find the shared filter empty fills it from the database.
@@ -485,13 +530,16 @@ async fn join_shared_filter(
         .false_positive_rate(config.false_positive_rate)
         .seed(seed)
         .build()?;
-    restore_snapshot_bits(&config.snapshot_path(), &bits).await;
     let filter = SharedFilter::<u64>::builder()
         .name(config.name.clone())
         .snapshot(config.snapshot_path())
         .build(bits);
     let sync = bloom_redis::RedisSync::builder(url)
         .prefix("user_service:users")
+        // The snapshot's bits first (if it holds a filter of the fleet's shape and hash key):
+        // joining then moves only the segments that differ, and uploads the ids only this
+        // instance had, if it stopped before publishing them.
+        .warm_start(true)
         .connect(&filter)
         .await
         .context("joining the filter shared through Redis")?;
@@ -518,43 +566,6 @@ async fn join_shared_filter(
         None => {}
     }
     Ok((filter, sync))
-}
-
-/// ORs into `bits` those of the snapshot at `path`, if it holds a plain filter of the same
-/// shape and hash key: a head start for joining through Redis (its full pass then moves
-/// only the segments that differ). Any other file — absent, corrupt, another shape — is
-/// passed over with a log line: joining then downloads the whole filter, nothing is lost.
-/// Bits of ids deleted since the snapshot come back as false positives until the next
-/// rebuild, as for any bit in a Bloom filter.
-async fn restore_snapshot_bits(path: &std::path::Path, bits: &BloomFilter) {
-    let file = path.to_owned();
-    let read = tokio::task::spawn_blocking(move || {
-        let file = std::fs::File::open(&file)?;
-        bloom_core::Snapshot::read_from(&mut std::io::BufReader::new(file))
-            .map_err(std::io::Error::other)
-    })
-    .await;
-    let snapshot = match read {
-        Ok(Ok(snapshot)) => snapshot,
-        Ok(Err(error)) if error.kind() == std::io::ErrorKind::NotFound => return,
-        Ok(Err(error)) => {
-            tracing::warn!(path = %path.display(), %error, "snapshot not readable; joining without it");
-            return;
-        }
-        Err(error) => {
-            tracing::warn!(%error, "reading the snapshot failed; joining without it");
-            return;
-        }
-    };
-    match snapshot.filter.as_plain().map(|saved| bits.union(saved)) {
-        Some(Ok(())) => {
-            tracing::info!(path = %path.display(), "restored the snapshot's bits before joining")
-        }
-        _ => tracing::warn!(
-            path = %path.display(),
-            "the snapshot holds another filter than the fleet's (size, k, layout or hash key); joining without it"
-        ),
-    }
 }
 
 /// The filter from its snapshot, caught up with the users created since, or built from the

@@ -50,6 +50,7 @@ pub struct RedisSyncBuilder {
     pub(crate) publish_timeout: Option<Duration>,
     pub(crate) min_rebuild_fraction: f64,
     pub(crate) refill_below: f64,
+    pub(crate) warm_start: bool,
 }
 
 impl fmt::Debug for RedisSyncBuilder {
@@ -66,6 +67,7 @@ impl fmt::Debug for RedisSyncBuilder {
             .field("heartbeat", &self.heartbeat)
             .field("stale_after", &self.stale_after)
             .field("on_stale", &self.on_stale)
+            .field("warm_start", &self.warm_start)
             .finish_non_exhaustive()
     }
 }
@@ -93,6 +95,7 @@ impl RedisSyncBuilder {
             publish_timeout: None,
             min_rebuild_fraction: 0.5,
             refill_below: 0.9,
+            warm_start: false,
         }
     }
 
@@ -207,6 +210,45 @@ impl RedisSyncBuilder {
     /// ```
     pub fn refill_below(mut self, fraction: f64) -> Self {
         self.refill_below = fraction;
+        self
+    }
+
+    /// Before joining, merge into the filter the bits of its snapshot on disk (default off):
+    /// [`connect`](Self::connect) calls
+    /// [`SharedFilter::merge_snapshot`] on the path set with
+    /// [`SharedFilterBuilder::snapshot`](bloom_tower::shared_filter::SharedFilterBuilder::snapshot).
+    /// Joining's full pass then pulls only the segments that changed since the snapshot, and
+    /// pushes to Redis the keys the snapshot holds that the fleet lacks.
+    ///
+    /// A merged snapshot is logged at `info`; no file, at `info`; a snapshot refused (another
+    /// name, kind, shape or hash key), a corrupt or unreadable one, or no snapshot path at
+    /// `warn`, and the instance joins without it. Keys deleted since the snapshot was saved
+    /// come back as false positives, for the whole fleet, until the next rebuild.
+    ///
+    /// ```no_run
+    /// use bloom_redis::RedisSync;
+    /// use bloom_tower::{BloomFilter, SharedFilter};
+    ///
+    /// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+    /// let fleet_shape = BloomFilter::builder()
+    ///     .expected_items(1_000_000)
+    ///     .false_positive_rate(0.01)
+    ///     .seed(0x5eed) // the hash key every instance shares
+    ///     .build()?;
+    /// let filter = SharedFilter::<u64>::builder()
+    ///     .name("users")
+    ///     .snapshot("/var/lib/myapp/users.bloom")
+    ///     .build(fleet_shape);
+    /// let sync = RedisSync::builder("redis://127.0.0.1/")
+    ///     .prefix("myapp:users")
+    ///     .warm_start(true)
+    ///     .connect(&filter)
+    ///     .await?;
+    /// # let _ = sync;
+    /// # Ok(()) }
+    /// ```
+    pub fn warm_start(mut self, on: bool) -> Self {
+        self.warm_start = on;
         self
     }
 
@@ -364,6 +406,8 @@ impl RedisSyncBuilder {
     /// sources of `K` keys. Every clone of `filter` is synchronised (the hooks are installed on
     /// the filter, not on this handle).
     ///
+    /// With [`warm_start`](Self::warm_start) on, the filter's snapshot is merged in first.
+    ///
     /// Fails if Redis is unreachable now or holds different parameters; once joined, outages
     /// are survived.
     ///
@@ -410,6 +454,54 @@ impl RedisSyncBuilder {
                 "min_rebuild_fraction and refill_below must be between 0 and 1",
             ));
         }
+        if self.warm_start {
+            merge_snapshot(filter).await;
+        }
         RedisSync::connect(self, filter).await
+    }
+}
+
+/// [`RedisSyncBuilder::warm_start`]: merges the filter's snapshot, logging the outcome; never
+/// fails (joining downloads what a missing or refused snapshot would have provided).
+async fn merge_snapshot<K: ?Sized>(filter: &SharedFilter<K>) {
+    match filter.merge_snapshot().await {
+        Ok(outcome) => match (outcome.merged_bits(), outcome.refusal()) {
+            (Some(set_bits), _) => tracing::info!(
+                filter = %filter.name(),
+                set_bits,
+                "merged the filter snapshot before joining the fleet",
+            ),
+            (None, Some(reason)) => tracing::warn!(
+                filter = %filter.name(),
+                %reason,
+                "not merging the filter snapshot before joining the fleet; joining without it",
+            ),
+            (None, None) => tracing::info!(
+                filter = %filter.name(),
+                "no filter snapshot to merge before joining the fleet",
+            ),
+        },
+        Err(error) => tracing::warn!(
+            filter = %filter.name(),
+            error = %ErrorChain(&error),
+            corrupt = error.is_corrupt(),
+            "could not merge the filter snapshot before joining the fleet; joining without it",
+        ),
+    }
+}
+
+/// An error and its causes, `: `-separated (the snapshot error says which file, its source
+/// what went wrong).
+struct ErrorChain<'a>(&'a dyn std::error::Error);
+
+impl fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(cause) = source {
+            write!(f, ": {cause}")?;
+            source = cause.source();
+        }
+        Ok(())
     }
 }

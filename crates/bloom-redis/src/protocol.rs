@@ -143,6 +143,16 @@ impl Keys {
     pub(crate) fn open(&self, g: u64) -> String {
         format!("{}:g{g}:open", self.base)
     }
+    /// STRING `{instance}` with a TTL: the instance that follows the source's changes for the
+    /// fleet (see `sync::follower`).
+    pub(crate) fn follow_lease(&self) -> String {
+        format!("{}:follow:lease", self.base)
+    }
+    /// STRING: the source position every key committed before is in Redis (a
+    /// [`Watermark`](bloom_tower::key_source::Watermark)'s bytes), written by the lease holder.
+    pub(crate) fn follow_position(&self) -> String {
+        format!("{}:follow:position", self.base)
+    }
     /// The hash tag of group `group` of generation `g`.
     fn group(&self, g: u64, group: u64) -> String {
         format!("{{{}:g{g}:{group}}}", self.prefix)

@@ -354,3 +354,29 @@ return 1
 ",
     )
 }
+
+/// Keeps the follow lease `KEYS[1]` if it still holds `ARGV[1]`: refreshes its TTL to `ARGV[2]`
+/// ms and, if `ARGV[3]` is given, stores it as the fleet's follow position `KEYS[2]`. Returns 1,
+/// or 0 when the lease is another instance's (or expired): only the holder moves the position.
+pub(crate) fn keep_follow_lease() -> Script {
+    Script::new(
+        r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if ARGV[3] then redis.call('SET', KEYS[2], ARGV[3]) end
+return 1
+",
+    )
+}
+
+/// Gives the follow lease `KEYS[1]` up if it holds `ARGV[1]` (a clean shutdown): another
+/// instance takes over at once instead of after the lease's TTL.
+pub(crate) fn release_follow_lease() -> Script {
+    Script::new(
+        r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+return 1
+",
+    )
+}

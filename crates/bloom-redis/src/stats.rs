@@ -97,4 +97,7 @@ pub struct RedisStats {
     pub instances: usize,
     /// [`RedisSync::propagated`](crate::RedisSync::propagated) calls that timed out.
     pub not_propagated: u64,
+    /// Whether this instance holds the fleet's follow lease: it is the one reading the
+    /// source's changes ([`RedisSync::follow`](crate::RedisSync::follow)).
+    pub following: bool,
 }

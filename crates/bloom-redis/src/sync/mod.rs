@@ -12,7 +12,9 @@
 //! * [`generations`]: which local filter bits of a generation go into; following a rebuild
 //!   run elsewhere; switching.
 //! * [`rebuild`]: running a rebuild: lock, acknowledgements, source, checks, switch.
+//! * [`follower`]: one instance of the fleet follows the source's changes, under a lease.
 
+mod follower;
 mod freshness;
 mod generations;
 mod publisher;
@@ -109,6 +111,8 @@ struct Inner {
     last_reconcile: Mutex<Option<ReconcileReport>>,
     /// The first pass's report.
     joined: Mutex<Option<ReconcileReport>>,
+    /// Whether this instance holds the follow lease (see [`follower`]).
+    following: AtomicBool,
 }
 
 #[derive(Default)]
@@ -226,6 +230,7 @@ impl<K: ?Sized> RedisSync<K> {
             counters: Counters::default(),
             last_reconcile: Mutex::new(None),
             joined: Mutex::new(None),
+            following: AtomicBool::new(false),
         });
         // The first pass adopts Redis's generation and merges both ways.
         let report = inner.reconcile(Trigger::Periodic).await?;
@@ -323,6 +328,7 @@ impl<K: ?Sized> RedisSync<K> {
             stale_rejected: view.rejected,
             instances: view.instances,
             not_propagated: c.not_propagated.load(Relaxed),
+            following: inner.following.load(Relaxed),
         }
     }
 
@@ -546,6 +552,7 @@ impl<K: ?Sized> RedisSync<K> {
         for task in tasks {
             let _ = task.await;
         }
+        self.inner.release_follow_lease().await;
         self.inner.publish_leaving().await;
     }
 

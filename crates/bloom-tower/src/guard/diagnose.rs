@@ -9,6 +9,8 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use bloom_core::AnyFilter;
+
 use crate::shared_filter::SharedFilter;
 
 /// How many checks, all rejected, make the guard suspect its keys.
@@ -44,29 +46,53 @@ impl Diagnosis {
         self.diagnose(guard, filter, suspicious);
     }
 
+    /// The filter counts as empty only if its key counter is 0 *and* it has no set bit:
+    /// bits OR-ed straight into the bit array (a `RedisSync` join or pull, `union_words`)
+    /// leave the counter at 0 (`empty_filter_warning.rs`:
+    /// `a_filter_filled_through_its_bit_array_is_not_reported_empty`). The bits are only
+    /// looked at when the counter is 0 and a warning is due: at most one full scan of an
+    /// empty filter per [`EMPTY_WARNING_EVERY_SECS`], and a filled one stops at its first
+    /// non-zero word.
     #[cold]
     fn diagnose<K: ?Sized>(&self, guard: &str, filter: &SharedFilter<K>, suspicious: bool) {
-        let keys = filter.approx_items();
+        let mut keys = filter.approx_items();
         if keys == 0 {
             let now = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(1, |since| since.as_secs().max(1));
             let last = self.empty_warned_at.load(Relaxed);
-            if (last == 0 || now >= last + EMPTY_WARNING_EVERY_SECS)
-                && self
-                    .empty_warned_at
-                    .compare_exchange(last, now, Relaxed, Relaxed)
-                    .is_ok()
-            {
-                tracing::warn!(
-                    guard = %guard,
-                    filter = %filter.name(),
-                    "the guard's filter holds no keys, so it rejects every request: load it \
-                     (SharedFilterBuilder::start, reload_from) before serving, or check that the \
-                     key source is not empty",
-                );
+            let due = last == 0 || now >= last + EMPTY_WARNING_EVERY_SECS;
+            if !due && !suspicious {
+                return;
             }
-        } else if suspicious && !self.mismatch_warned.swap(true, Relaxed) {
+            let current = filter.current();
+            if !holds_bits(&current) {
+                if due
+                    && self
+                        .empty_warned_at
+                        .compare_exchange(last, now, Relaxed, Relaxed)
+                        .is_ok()
+                {
+                    tracing::warn!(
+                        guard = %guard,
+                        filter = %filter.name(),
+                        "the guard's filter holds no keys, so it rejects every request: load it \
+                         (SharedFilterBuilder::start, reload_from) before serving, or check that \
+                         the key source is not empty",
+                    );
+                }
+                return;
+            }
+            if !suspicious || self.mismatch_warned.load(Relaxed) {
+                return;
+            }
+            // Once per guard (the SUSPICIOUS_REJECTIONS-th rejection): one scan to count.
+            keys = current
+                .estimated_items()
+                .clamp(1.0, current.num_bits() as f64)
+                .round() as u64;
+        }
+        if suspicious && !self.mismatch_warned.swap(true, Relaxed) {
             tracing::warn!(
                 guard = %guard,
                 filter = %filter.name(),
@@ -79,5 +105,14 @@ impl Diagnosis {
                  differently formatted text)",
             );
         }
+    }
+}
+
+/// Whether `filter` has any set bit (any non-zero counter, for a counting filter). A plain
+/// filter stops at its first non-zero word; the other kinds count every bit.
+fn holds_bits(filter: &AnyFilter) -> bool {
+    match filter.as_plain() {
+        Some(plain) => plain.words().any(|word| word != 0),
+        None => filter.fill_ratio() > 0.0,
     }
 }

@@ -1,32 +1,6 @@
 //! Following a source's changes: every key any writer commits is inserted within a bounded
-//! delay ([`SharedFilter::follow`], one step at a time with [`Follower`]).
-//!
-//! # Why a followed filter misses no committed key
-//!
-//! A [`Follower`] holds a position `p` in the source such that every key added before `p`
-//! was taken is in the filter. One step takes the source's position now, `w`
-//! ([`KeySource::watermark`]), then inserts every key of [`KeySource::keys_since`]`(p)`, then
-//! moves to `w`. A key added after `p` was taken is in `keys_since(p)` (the `watermark`
-//! contract), so after the step every key added before `w` was taken is in the filter: the
-//! invariant holds at `w`. A step that fails anywhere does not move, so the next one reads
-//! from `p` again (after a lost connection, a database restart): keys read twice cost time,
-//! never a key. With an exact watermark ([`KeySource::watermark_is_exact`]), `w == p` proves
-//! nothing was added since, and the step reads nothing.
-//!
-//! The start: the serving filter's own watermark (a rebuild's, or a snapshot's caught up),
-//! which has the same meaning; [`Watermark::origin`] (every key) if it has none. Keys are
-//! inserted through [`SharedFilter::insert`], so a rebuild running meanwhile gets them too,
-//! and the [insert hook](SharedFilter::set_insert_hook) forwards them (to Redis, by
-//! bloom-redis). After each step the serving filter's watermark moves to `w`, so a snapshot
-//! saved afterwards is caught up from there on the next start.
-//!
-//! The delay from a commit to the key being in the filter is at most the wait between steps
-//! ([`Follow::every`], or less when a [wake-up](Follow::wake_on) arrives: a PostgreSQL
-//! `NOTIFY`) plus one step. While the source fails, steps are retried with a backoff doubling
-//! from `every` up to [`MAX_BACKOFF`], and the delay grows by that much after it answers again.
-//!
-//! Tests: `tests/change_log.rs` (`a_row_committed_behind_the_filters_back_is_followed`,
-//! `a_failing_source_loses_nothing_when_it_answers_again`, …).
+//! delay ([`SharedFilter::follow`], one step at a time with [`Follower`], whose docs give the
+//! argument).
 
 use std::fmt;
 use std::pin::Pin;
@@ -115,10 +89,37 @@ impl fmt::Debug for Follow {
     }
 }
 
-/// Follows a [`KeySource`] into a [`SharedFilter`] one [`step`](Self::step) at a time: see
-/// the [module docs](self) for why no committed key is missed. [`SharedFilter::follow`] runs
-/// one in a task; use it directly to decide yourself when to step (bloom-redis does, so that
-/// one instance of a fleet follows and stores its position in Redis).
+/// Follows a [`KeySource`] into a [`SharedFilter`] one [`step`](Self::step) at a time.
+/// [`SharedFilter::follow`] runs one in a task; use it directly to decide yourself when to
+/// step (bloom-redis does, so that one instance of a fleet follows and stores its position in
+/// Redis).
+///
+/// # Why a followed filter misses no committed key
+///
+/// A [`Follower`] holds a position `p` in the source such that every key added before `p`
+/// was taken is in the filter. One step takes the source's position now, `w`
+/// ([`KeySource::watermark`]), then inserts every key of [`KeySource::keys_since`]`(p)`, then
+/// moves to `w`. A key added after `p` was taken is in `keys_since(p)` (the `watermark`
+/// contract), so after the step every key added before `w` was taken is in the filter: the
+/// invariant holds at `w`. A step that fails anywhere does not move, so the next one reads
+/// from `p` again (after a lost connection, a database restart): keys read twice cost time,
+/// never a key. With an exact watermark ([`KeySource::watermark_is_exact`]), `w == p` proves
+/// nothing was added since, and the step reads nothing.
+///
+/// The start: the serving filter's own watermark (a rebuild's, or a snapshot's caught up),
+/// which has the same meaning; [`Watermark::origin`] (every key) if it has none. Keys are
+/// inserted through [`SharedFilter::insert`], so a rebuild running meanwhile gets them too,
+/// and the [insert hook](SharedFilter::set_insert_hook) forwards them (to Redis, by
+/// bloom-redis). After each step the serving filter's watermark moves to `w`, so a snapshot
+/// saved afterwards is caught up from there on the next start.
+///
+/// The delay from a commit to the key being in the filter is at most the wait between steps
+/// ([`Follow::every`], or less when a [wake-up](Follow::wake_on) arrives: a PostgreSQL
+/// `NOTIFY`) plus one step. While the source fails, steps are retried with a backoff doubling
+/// from `every` up to [`MAX_BACKOFF`], and the delay grows by that much after it answers again.
+///
+/// Tests: `tests/change_log.rs` (`a_row_committed_behind_the_filters_back_is_followed`,
+/// `a_failing_source_loses_nothing_when_it_answers_again`, …).
 pub struct Follower<K: ?Sized, S> {
     filter: SharedFilter<K>,
     source: S,
@@ -227,8 +228,22 @@ where
 }
 
 impl<K: ?Sized> SharedFilter<K> {
+    /// The source position the serving filter holds every key from before: its rebuild's
+    /// watermark, moved by catch-ups and follow steps; `None` if its source could not say.
+    ///
+    /// ```
+    /// use bloom_tower::{BloomFilter, SharedFilter};
+    ///
+    /// let filter = SharedFilter::<u64>::new(BloomFilter::new(1_000, 0.01)?);
+    /// assert_eq!(filter.current_watermark(), None); // filled by nobody yet
+    /// # Ok::<(), bloom_core::BuildError>(())
+    /// ```
+    pub fn current_watermark(&self) -> Option<Watermark> {
+        self.shared.current.load().watermark()
+    }
+
     /// Follows `source` in a Tokio task: every key any writer adds to it is inserted within
-    /// about [`Follow::every`] (see the [module docs](follow) for the argument and the bound),
+    /// about [`Follow::every`] (see [`Follower`] for the argument and the bound),
     /// from the serving filter's watermark on. Stops like
     /// [`rebuild_every`](Self::rebuild_every)'s task. Steps that fail are logged at `warn`
     /// (once, then again when they succeed) and retried with a backoff.
@@ -259,8 +274,6 @@ impl<K: ?Sized> SharedFilter<K> {
     /// # Panics
     ///
     /// Outside a Tokio runtime, like [`tokio::spawn`].
-    ///
-    /// [follow]: self::follow
     pub fn follow<S>(&self, source: S, mut how: Follow) -> BackgroundTask
     where
         S: KeySource + Send + Sync + 'static,

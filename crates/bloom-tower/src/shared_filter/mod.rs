@@ -100,7 +100,7 @@ pub(crate) use rebuild::Chain;
 pub use rebuild::{BackgroundTask, ReloadError, ReloadErrorKind, Reloaded};
 pub(crate) use remote::ForgetByDigest;
 pub use saturation::SaturationReport;
-pub use snapshot::SnapshotError;
+pub use snapshot::{MergeRefused, MergedSnapshot, SnapshotError};
 pub use start::Started;
 
 /// False-positive rate for rebuilds when neither the builder nor the filter says one.

@@ -13,7 +13,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bloom_core::{DecodeError, Snapshot, SnapshotLabel};
+use std::sync::atomic::Ordering::Relaxed;
+
+use bloom_core::{DecodeError, IncompatibleError, Snapshot, SnapshotLabel};
 use tokio::sync::Notify;
 
 use super::rebuild::{BackgroundTask, Chain};
@@ -68,6 +70,88 @@ impl SnapshotError {
     }
 }
 
+/// What [`SharedFilter::merge_snapshot`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MergedSnapshot {
+    /// The snapshot's bits were OR-ed into the serving filter: it now answers "maybe" for
+    /// every key the snapshot held.
+    #[non_exhaustive]
+    Merged {
+        /// Bits set in the snapshot (every one of them is set in the serving filter now).
+        set_bits: u64,
+        /// When the snapshot was saved, in milliseconds since the Unix epoch; `None` for a
+        /// bare filter file, which has no label.
+        saved_at_unix_ms: Option<u64>,
+    },
+    /// There is no file at the snapshot path (the first start): nothing changed.
+    Missing,
+    /// The file holds another filter than the serving one: nothing changed.
+    Refused(MergeRefused),
+}
+
+impl MergedSnapshot {
+    /// The number of bits set in the merged snapshot, if it was merged.
+    pub fn merged_bits(&self) -> Option<u64> {
+        match self {
+            Self::Merged { set_bits, .. } => Some(*set_bits),
+            Self::Missing | Self::Refused(_) => None,
+        }
+    }
+
+    /// Whether there was no file at the snapshot path.
+    pub fn is_missing(&self) -> bool {
+        matches!(self, Self::Missing)
+    }
+
+    /// Why the snapshot was not merged, if it was refused.
+    pub fn refusal(&self) -> Option<&MergeRefused> {
+        match self {
+            Self::Refused(reason) => Some(reason),
+            Self::Merged { .. } | Self::Missing => None,
+        }
+    }
+}
+
+impl std::fmt::Display for MergedSnapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Merged { set_bits, .. } => write!(f, "merged the snapshot's {set_bits} set bits"),
+            Self::Missing => f.write_str("there is no snapshot file"),
+            Self::Refused(reason) => write!(f, "the snapshot was not merged: {reason}"),
+        }
+    }
+}
+
+/// Why [`SharedFilter::merge_snapshot`] left a snapshot out: bits merge only between plain
+/// filters of the same size, `k`, layout and hash key. No variant shows a hash key.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MergeRefused {
+    /// The snapshot was saved by a filter of another name.
+    #[error("it was saved by the filter {saved:?}, this is {serving:?}")]
+    Name {
+        /// The name in the snapshot's label.
+        saved: String,
+        /// The serving filter's name.
+        serving: String,
+    },
+    /// The snapshot or the serving filter is not a plain Bloom filter (counting, scalable).
+    #[error("it holds a {saved} filter and this one is {serving}: only plain filters merge")]
+    Kind {
+        /// The snapshot filter's kind.
+        saved: &'static str,
+        /// The serving filter's kind.
+        serving: &'static str,
+    },
+    /// Another number of bits, number of hashes or layout.
+    #[error("it has another shape: {0}")]
+    Shape(IncompatibleError),
+    /// Another hash key (the keys themselves are secret and not shown).
+    #[error("it was made with another hash key")]
+    HashKey,
+}
+
 impl<K: ?Sized> SharedFilter<K> {
     /// Writes the serving filter to `path` atomically (temporary file, fsync, rename, fsync of
     /// the directory), on Tokio's blocking pool, labelled with this filter's name and the
@@ -96,6 +180,99 @@ impl<K: ?Sized> SharedFilter<K> {
                 name: self.name().to_owned(),
             })),
         }
+    }
+
+    /// ORs into the serving filter the bits of the snapshot at the path set with
+    /// [`SharedFilterBuilder::snapshot`] (read on Tokio's blocking pool), if it holds a plain
+    /// filter of the same name, size, `k`, layout and hash key as the serving one. For a
+    /// filter that is about to be filled from elsewhere, such as a fleet's filter joined
+    /// through Redis (bloom-redis's `RedisSyncBuilder::warm_start` calls this before joining):
+    /// it then has to fetch only what changed since the snapshot.
+    ///
+    /// Nothing else changes: the serving filter stays the same object (handles and hooks
+    /// keep working), and its key count rises to the estimate from its bits. Unlike
+    /// [`SharedFilterBuilder::start`] nothing is caught up from a source and nothing is
+    /// verified: merge only into a filter that gets every current key some other way.
+    /// Keys deleted since the snapshot was saved come back as false positives (their bits are
+    /// set again) until the next rebuild. A rebuild running meanwhile does not get the bits
+    /// (it reads its source).
+    ///
+    /// Returns whether it merged, found no file, or refused the file (and why).
+    ///
+    /// ```
+    /// use bloom_tower::{BloomFilter, SharedFilter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let dir = tempfile::tempdir()?;
+    /// let path = dir.path().join("users.bloom");
+    /// let fleet_shape = || BloomFilter::builder().bits(1 << 16).hashes(7).seed(42).build();
+    /// let users = || SharedFilter::<u64>::builder().name("users").snapshot(&path);
+    ///
+    /// let before_restart = users().build(fleet_shape()?);
+    /// before_restart.insert(&7u64);
+    /// before_restart.save_snapshot().await?;
+    ///
+    /// let filter = users().build(fleet_shape()?); // empty, as every fleet member starts
+    /// let merged = filter.merge_snapshot().await?;
+    /// assert!(merged.merged_bits().is_some_and(|bits| bits > 0), "{merged}");
+    /// assert!(filter.contains(&7u64));
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// No snapshot path was set, the file could not be read, or it is not a valid snapshot
+    /// ([`SnapshotError::is_corrupt`]: truncated, checksum mismatch, …). The filter is then
+    /// unchanged.
+    pub async fn merge_snapshot(&self) -> Result<MergedSnapshot, SnapshotError> {
+        let Some(path) = &self.shared.snapshot else {
+            return Err(SnapshotError(Repr::NoPath {
+                name: self.name().to_owned(),
+            }));
+        };
+        let snapshot = match read(path).await {
+            Ok(snapshot) => snapshot,
+            Err(SnapshotError(Repr::Read { source, .. }))
+                if source.kind() == io::ErrorKind::NotFound =>
+            {
+                return Ok(MergedSnapshot::Missing);
+            }
+            Err(error) => return Err(error),
+        };
+        let current = self.shared.current.load_full();
+        if let Some(label) = &snapshot.label
+            && label.name != self.name()
+        {
+            return Ok(MergedSnapshot::Refused(MergeRefused::Name {
+                saved: label.name.clone(),
+                serving: self.name().to_owned(),
+            }));
+        }
+        let (Some(serving), Some(saved)) = (current.filter.as_plain(), snapshot.filter.as_plain())
+        else {
+            return Ok(MergedSnapshot::Refused(MergeRefused::Kind {
+                saved: snapshot.filter.kind(),
+                serving: current.filter.kind(),
+            }));
+        };
+        match serving.union(saved) {
+            Ok(()) => {}
+            Err(IncompatibleError::HashKey) => {
+                return Ok(MergedSnapshot::Refused(MergeRefused::HashKey));
+            }
+            Err(shape) => return Ok(MergedSnapshot::Refused(MergeRefused::Shape(shape))),
+        }
+        // The key count is the estimate from the bits, at most one key per bit, as for a
+        // filter shared prefilled (`Generation::counted`); never lowered
+        // (`a_snapshot_of_the_same_filter_is_merged_into_the_serving_one`).
+        let estimate = serving.estimated_items().min(serving.num_bits() as f64);
+        current.items.fetch_max(estimate.round() as u64, Relaxed);
+        Ok(MergedSnapshot::Merged {
+            set_bits: saved.count_ones(),
+            saved_at_unix_ms: snapshot.label.map(|label| label.saved_at_unix_ms),
+        })
     }
 
     /// The path set with [`SharedFilterBuilder::snapshot`], if any (for the admin router).

@@ -1,0 +1,221 @@
+//! One follower per fleet: [`RedisSync::follow`]. One instance at a time holds a lease in
+//! Redis and follows the source's changes ([`Follower`]); its inserts reach the other
+//! instances through Redis as creates do, and the position it has followed to is stored in
+//! Redis, so whoever holds the lease next goes on from there.
+//!
+//! # Why no commit is missed when the follower dies
+//!
+//! The stored position `P` means: every key committed before `P` was taken is in Redis. The
+//! holder moves it only after a step's keys are in Redis: it waits for
+//! [`propagated`](RedisSync::propagated) (every insert queued before is written to Redis and
+//! published) and then, in one script that checks it still holds the lease, writes the step's
+//! new position. An instance that dies (`kill -9`), stalls (SIGSTOP past the lease) or loses
+//! Redis therefore leaves a position whose keys are all in Redis, and the next holder starts
+//! there: keys read twice cost time, never a key. Two instances can both believe they hold the
+//! lease (a stalled one resuming): both insert (idempotent), and only the real holder can move
+//! the position, which only ever names keys already in Redis.
+//!
+//! With no position stored yet, the first holder starts from its serving filter's watermark,
+//! or from the source's origin (a full read, once per fleet).
+//!
+//! The bound: a commit is let through by every fresh instance within one step of the holder
+//! plus pub/sub delivery; after the holder dies, within the lease (`3 ×` the step interval,
+//! at least 3 s) plus a step. Tests: the workspace's `tests/follow.rs`
+//! (`a_fleet_follows_an_outside_writer_and_survives_its_follower_killed`).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use bloom_tower::SharedFilter;
+use bloom_tower::key::KeyFor;
+use bloom_tower::key_source::{KeySource, Watermark};
+use bloom_tower::shared_filter::{Follow, Follower, MAX_BACKOFF};
+use redis::AsyncCommands as _;
+
+use super::{Inner, RedisSync, lock, random_id};
+use crate::scripts;
+
+/// The shortest follow lease: a holder that stalls this long hands over.
+const MIN_LEASE: Duration = Duration::from_secs(3);
+
+impl<K: ?Sized> RedisSync<K> {
+    /// Follows `source`'s changes for the whole fleet: every instance may call it, and one at a
+    /// time (the holder of a lease in Redis) reads the source, so the database sees one
+    /// follower's queries whatever the fleet's size; the keys it inserts reach the other
+    /// instances through Redis as creates do. If the holder dies, another takes over within the
+    /// lease and goes on from the position the holder stored in Redis, missing no commit (the
+    /// argument in `src/sync/follower.rs`). [`leave`](Self::leave) hands the lease over at once. Runs
+    /// until this value is dropped or [`shutdown`](Self::shutdown).
+    ///
+    /// ```no_run
+    /// # async fn example<S>(sync: bloom_redis::RedisSync<i64>, users: S)
+    /// # where S: bloom_tower::KeySource<Key = i64> + Send + Sync + 'static {
+    /// use std::time::Duration;
+    /// use bloom_tower::shared_filter::Follow;
+    ///
+    /// // `users`: e.g. bloom-tower's `ChangeLog` of the users table (feature `sqlx`), with
+    /// // `.wake_on(users.notifications(url))` on PostgreSQL.
+    /// sync.follow(users, Follow::every(Duration::from_millis(250)));
+    /// # }
+    /// ```
+    pub fn follow<S>(&self, source: S, how: Follow)
+    where
+        S: KeySource + Send + Sync + 'static,
+        S::Key: KeyFor<K>,
+        K: 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        let filter = self.filter.clone();
+        let task = tokio::spawn(async move { inner.follow(filter, source, how).await });
+        lock(&self.tasks).push(task);
+    }
+}
+
+impl Inner {
+    fn follow_lease(how: &Follow) -> Duration {
+        (how.interval() * 3).max(MIN_LEASE)
+    }
+
+    /// Tries for the lease until it has it, then follows until it loses it; forever.
+    async fn follow<K, S>(self: Arc<Self>, filter: SharedFilter<K>, source: S, mut how: Follow)
+    where
+        K: ?Sized,
+        S: KeySource + Send + Sync,
+        S::Key: KeyFor<K>,
+    {
+        let lease = Self::follow_lease(&how);
+        let renew = lease / 3;
+        loop {
+            if !self.take_follow_lease(lease).await {
+                let jitter = Duration::from_millis(random_id() % (renew.as_millis() as u64 + 1));
+                tokio::time::sleep(renew / 2 + jitter / 2).await;
+                continue;
+            }
+            let Some(position) = self.follow_position(&filter).await else {
+                tokio::time::sleep(renew).await;
+                continue;
+            };
+            tracing::info!(prefix = %self.prefix, ?position, "following the source for the fleet");
+            self.following.store(true, Relaxed);
+            self.follow_as_holder(&filter, &source, &mut how, position, lease)
+                .await;
+            self.following.store(false, Relaxed);
+        }
+    }
+
+    /// `SET lease NX PX`: whether this instance now holds it.
+    async fn take_follow_lease(&self, lease: Duration) -> bool {
+        let mut conn = self.conn.clone();
+        let taken: Result<Option<String>, _> = redis::cmd("SET")
+            .arg(self.keys.follow_lease())
+            .arg(self.id.to_string())
+            .arg("NX")
+            .arg("PX")
+            .arg(lease.as_millis() as u64)
+            .query_async(&mut conn)
+            .await;
+        matches!(taken, Ok(Some(_)))
+    }
+
+    /// The position stored in Redis, else the serving filter's watermark, else the origin;
+    /// `None` if Redis does not answer.
+    async fn follow_position<K: ?Sized>(&self, filter: &SharedFilter<K>) -> Option<Watermark> {
+        let mut conn = self.conn.clone();
+        let stored: Option<Vec<u8>> = conn.get(self.keys.follow_position()).await.ok()?;
+        Some(match stored {
+            Some(bytes) => Watermark::new(bytes),
+            None => filter.current_watermark().unwrap_or_else(Watermark::origin),
+        })
+    }
+
+    /// Steps while this instance holds the lease; returns when it lost it.
+    async fn follow_as_holder<K, S>(
+        &self,
+        filter: &SharedFilter<K>,
+        source: &S,
+        how: &mut Follow,
+        position: Watermark,
+        lease: Duration,
+    ) where
+        K: ?Sized,
+        S: KeySource + Send + Sync,
+        S::Key: KeyFor<K>,
+    {
+        let renew = lease / 3;
+        let mut follower = Follower::from_position(filter, source, position);
+        let mut stored = follower.position().clone();
+        let mut delay = Duration::ZERO;
+        let mut failing = false;
+        loop {
+            how.wait(delay.min(renew)).await;
+            match follower.step().await {
+                Ok(_) => {
+                    if failing {
+                        tracing::info!(prefix = %self.prefix, "following the source again");
+                        failing = false;
+                    }
+                    delay = how.interval();
+                }
+                Err(error) => {
+                    if !failing {
+                        tracing::warn!(prefix = %self.prefix, %error, "following the source failed; retrying from the same position");
+                        failing = true;
+                    }
+                    delay = (delay * 2).max(how.interval()).min(MAX_BACKOFF);
+                }
+            }
+            // The new position is stored only once every key read up to it is in Redis.
+            let moved = follower.position() != &stored;
+            let publish_timeout = self.cfg.effective_publish_timeout();
+            let persist = moved && self.outbox.wait_published(publish_timeout).await;
+            let position = persist.then(|| follower.position().clone());
+            match self.keep_follow_lease(lease, position.as_ref()).await {
+                Ok(true) => {
+                    if let Some(position) = position {
+                        stored = position;
+                    }
+                }
+                Ok(false) => {
+                    tracing::info!(prefix = %self.prefix, "another instance follows the source now");
+                    return;
+                }
+                // Redis does not answer: keep following locally (the inserts are queued for
+                // it); the lease may expire meanwhile and another instance take over.
+                Err(_) => {}
+            }
+        }
+    }
+
+    async fn keep_follow_lease(
+        &self,
+        lease: Duration,
+        position: Option<&Watermark>,
+    ) -> Result<bool, redis::RedisError> {
+        let script = scripts::keep_follow_lease();
+        let mut call = script.key(self.keys.follow_lease());
+        call.key(self.keys.follow_position())
+            .arg(self.id.to_string())
+            .arg(lease.as_millis() as u64);
+        if let Some(position) = position {
+            call.arg(position.as_bytes());
+        }
+        let kept: i64 = call.invoke_async(&mut self.conn.clone()).await?;
+        Ok(kept == 1)
+    }
+
+    /// Hands the follow lease over if this instance holds it (on [`RedisSync::leave`]).
+    pub(super) async fn release_follow_lease(&self) {
+        if !self.following.swap(false, Relaxed) {
+            return;
+        }
+        let released: Result<i64, _> = scripts::release_follow_lease()
+            .key(self.keys.follow_lease())
+            .arg(self.id.to_string())
+            .invoke_async(&mut self.conn.clone())
+            .await;
+        if let Err(error) = released {
+            tracing::debug!(prefix = %self.prefix, %error, "could not release the follow lease; it expires");
+        }
+    }
+}

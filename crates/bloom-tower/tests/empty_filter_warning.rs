@@ -1,0 +1,171 @@
+//! The guard's "holds no keys" warning looks at what the filter holds, not only at its key
+//! counter: a filter whose bits were OR-ed in directly (as `bloom_redis::RedisSync` does
+//! when it joins a fleet or pulls segments) counts 0 keys but is not empty. The crate's real
+//! `tracing` events are captured by a subscriber, as in `typed_keys.rs`.
+
+use std::convert::Infallible;
+use std::io;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use bloom_tower::{BloomFilter, BloomGuard, SharedFilter, key};
+use http::{Request, Response, StatusCode};
+use tower::{Layer, ServiceExt, service_fn};
+
+/// Every line the crate logs, for the whole test binary (tests run in parallel: each one
+/// names its guard and reads only its lines).
+fn logs() -> &'static Mutex<String> {
+    static LOGS: OnceLock<Arc<Mutex<String>>> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs = Arc::new(Mutex::new(String::new()));
+        let sink = Arc::clone(&logs);
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .with_writer(move || Sink(Arc::clone(&sink)))
+            .init();
+        logs
+    })
+}
+
+struct Sink(Arc<Mutex<String>>);
+
+impl io::Write for Sink {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap()
+            .push_str(&String::from_utf8_lossy(bytes));
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The WARN lines that name `guard`.
+fn warnings_of(guard: &str) -> Vec<String> {
+    let needle = format!("guard={guard} ");
+    logs()
+        .lock()
+        .unwrap()
+        .lines()
+        .filter(|line| line.contains(" WARN ") && line.contains(&needle))
+        .map(str::to_owned)
+        .collect()
+}
+
+const SEED: u128 = 0x5EED;
+
+fn empty_bits() -> BloomFilter {
+    BloomFilter::builder()
+        .expected_items(10_000)
+        .false_positive_rate(0.01)
+        .seed(SEED)
+        .build()
+        .unwrap()
+}
+
+/// Sends `GET /users/{id}` for every id through a guard named `name` over `filter` (the
+/// inner service answers 200); the statuses, in order.
+async fn get_all(
+    name: &'static str,
+    filter: &SharedFilter<u64>,
+    ids: impl IntoIterator<Item = u64>,
+) -> Vec<StatusCode> {
+    logs();
+    let guard = BloomGuard::new(filter.clone(), key::path_segment(1).parse::<u64>()).name(name);
+    let service = guard.layer(service_fn(|_: Request<String>| async {
+        Ok::<_, Infallible>(Response::new(String::new()))
+    }));
+    let mut statuses = Vec::new();
+    for id in ids {
+        let request = Request::get(format!("/users/{id}"))
+            .body(String::new())
+            .unwrap();
+        let response = service.clone().oneshot(request).await.unwrap();
+        statuses.push(response.status());
+    }
+    statuses
+}
+
+/// 1,000 ids OR-ed into the serving filter's bit array, as a Redis join does: the key
+/// counter stays 0, the filter holds every id, and 1,100 rejections of other ids (the
+/// guard looks at the filter at the 1st, the 100th and the 1024th) log no "holds no keys"
+/// warning.
+#[tokio::test]
+async fn a_filter_filled_through_its_bit_array_is_not_reported_empty() {
+    let filter = SharedFilter::<u64>::builder()
+        .name("joined-users")
+        .build(empty_bits());
+    let fleet = empty_bits();
+    fleet.insert_many(1..=1_000u64);
+    filter.current().as_plain().unwrap().union(&fleet).unwrap();
+    assert_eq!(
+        filter.stats().approx_items,
+        0,
+        "the setup must bypass the key counter"
+    );
+    assert!((1..=1_000u64).all(|id| filter.contains(&id)));
+
+    let absent: Vec<u64> = (1_001u64..)
+        .filter(|id| !filter.contains(id))
+        .take(1_100)
+        .collect();
+    let statuses = get_all("joined-users", &filter, absent).await;
+    assert!(
+        statuses
+            .iter()
+            .all(|&status| status == StatusCode::NOT_FOUND)
+    );
+
+    let warnings = warnings_of("joined-users");
+    assert!(
+        warnings.iter().all(|line| !line.contains("holds no keys")),
+        "{warnings:#?}"
+    );
+}
+
+/// The same setup, but the guard sees only ids the filter holds none of: the 100th
+/// rejection with nothing passed names a key mismatch, counting the keys from the bits.
+#[tokio::test]
+async fn a_filter_filled_through_its_bit_array_still_reports_a_key_mismatch() {
+    let filter = SharedFilter::<u64>::builder()
+        .name("joined-mismatch")
+        .build(empty_bits());
+    let fleet = empty_bits();
+    fleet.insert_many(1..=1_000u64);
+    filter.current().as_plain().unwrap().union(&fleet).unwrap();
+    assert_eq!(filter.stats().approx_items, 0);
+
+    let absent: Vec<u64> = (1_001u64..)
+        .filter(|id| !filter.contains(id))
+        .take(150)
+        .collect();
+    get_all("joined-mismatch", &filter, absent).await;
+    let warnings = warnings_of("joined-mismatch");
+    assert_eq!(warnings.len(), 1, "{warnings:#?}");
+    assert!(
+        warnings[0].contains("rejected every one of its first 100 checks"),
+        "{}",
+        warnings[0]
+    );
+    assert!(!warnings[0].contains("filter_keys=0 "), "{}", warnings[0]);
+}
+
+/// A truly empty filter is still reported (once), whatever the bit scan.
+#[tokio::test]
+async fn a_filter_with_no_bit_set_is_reported_empty() {
+    let filter = SharedFilter::<u64>::builder()
+        .name("never-loaded")
+        .build(empty_bits());
+    let statuses = get_all("never-loaded", &filter, 1..=5).await;
+    assert!(
+        statuses
+            .iter()
+            .all(|&status| status == StatusCode::NOT_FOUND)
+    );
+    let warnings = warnings_of("never-loaded");
+    assert_eq!(warnings.len(), 1, "{warnings:#?}");
+    assert!(warnings[0].contains("holds no keys"), "{}", warnings[0]);
+}
