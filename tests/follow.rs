@@ -472,20 +472,6 @@ async fn a_fleet_follows_an_outside_writer_and_survives_its_follower_killed(
     drop(killed);
 }
 
-async fn until_found_within(instances: &[&Instance], id: i64, within: Duration) {
-    let start = Instant::now();
-    for instance in instances {
-        while instance.get(id).await != StatusCode::OK {
-            assert!(
-                start.elapsed() < within,
-                "id {id} still 404 after {within:?}:\n{}",
-                instance.log()
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-}
-
 /// The library over `orders(id UUID)`: no id order at all. A restart from the snapshot after
 /// another writer added rows serves caught up, and holds every row.
 async fn a_uuid_table_restarted_from_its_snapshot_is_caught_up(

@@ -489,7 +489,7 @@ where
              (SELECT MAX({position}) FROM {log}))"
         );
         let mut tx = self.table.pool().begin().await?;
-        let below: Option<i64> = ::sqlx::query_scalar(&*horizon).fetch_one(&mut *tx).await?;
+        let below: Option<i64> = ::sqlx::query_scalar(&horizon).fetch_one(&mut *tx).await?;
         if let Some(below) = below {
             let delete = format!("DELETE FROM {log} WHERE {position} < {below}");
             (&mut *tx).execute(&*delete).await?;
@@ -533,7 +533,7 @@ where
                     "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = '{}'), 0)",
                     self.log
                 );
-                let seq: i64 = ::sqlx::query_scalar(&*sql).fetch_one(pool).await?;
+                let seq: i64 = ::sqlx::query_scalar(&sql).fetch_one(pool).await?;
                 Watermark::new(seq.to_be_bytes())
             }
             Dialect::Postgres => {
