@@ -652,14 +652,27 @@ async fn a_create_cancelled_at_each_await_is_found(backend: Backend) {
     let app = service.app.clone();
     let filter = app.filter().unwrap().clone();
     let client = client();
-    let mut next_id = SEEDED + 1;
     let mut cancelled_after_commit = 0;
     let (mut polls, mut attempts) = (1, 0);
     loop {
         attempts += 1;
         assert!(attempts < 10_000, "the create never finished");
-        let id = next_id;
-        next_id += 1;
+        // The id the database hands out next (a create cancelled before its commit used one
+        // up too).
+        let next_sql = match app.db().backend() {
+            bloom_examples::db::Backend::Sqlite => {
+                "SELECT seq + 1 FROM sqlite_sequence WHERE name = 'users'"
+            }
+            bloom_examples::db::Backend::Postgres => {
+                "SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END \
+                 FROM users_id_seq"
+            }
+        };
+        let next: i64 = sqlx::query_scalar(next_sql)
+            .fetch_one(app.db().pool())
+            .await
+            .unwrap();
+        let id = next as u64;
         // A lookup before the create caches "not found" if the filter lets the id by.
         let _ = get(&client, format!("{}/users/{id}", service.url())).await;
         let email = format!("cancel{attempts}@example.com");

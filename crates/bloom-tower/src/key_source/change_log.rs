@@ -360,6 +360,7 @@ mod listen {
         listener: Option<PgListener>,
         backoff: Duration,
         warned: bool,
+        connected_before: bool,
     }
 
     pub(super) fn notifications(url: String, channel: String) -> impl Stream<Item = ()> {
@@ -369,6 +370,7 @@ mod listen {
             listener: None,
             backoff: Duration::from_millis(100),
             warned: false,
+            connected_before: false,
         };
         futures_util::stream::unfold(state, |mut state| async move {
             loop {
@@ -381,8 +383,13 @@ mod listen {
                             state.listener = Some(listener);
                             state.backoff = Duration::from_millis(100);
                             state.warned = false;
-                            // Connected: whatever was committed before is read by the step.
-                            return Some(((), state));
+                            // Reconnected: what was committed while it was not listening is
+                            // read by the step this wakes. (The first connection wakes
+                            // nothing: the follower's first step is due anyway.)
+                            if std::mem::replace(&mut state.connected_before, true) {
+                                return Some(((), state));
+                            }
+                            continue;
                         }
                         Err(error) => {
                             if !state.warned {

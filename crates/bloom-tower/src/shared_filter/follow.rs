@@ -293,7 +293,9 @@ impl<K: ?Sized> SharedFilter<K> {
         // Between steps the task holds the filter weakly, so that dropping every handle ends it.
         let weak = Arc::downgrade(&self.shared);
         let task = tokio::spawn(async move {
-            let mut delay = Duration::ZERO;
+            // The serving filter holds every key from before its watermark: the first step
+            // is due one interval from now.
+            let mut delay = how.every;
             let mut failing = false;
             loop {
                 tokio::select! {
