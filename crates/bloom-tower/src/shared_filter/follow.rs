@@ -146,8 +146,10 @@ where
     /// ```
     /// use bloom_tower::{BloomFilter, SharedFilter, shared_filter::Follower};
     ///
+    /// # #[cfg(not(feature = "sqlx"))] fn main() {}
+    /// # #[cfg(feature = "sqlx")]
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     /// # let pool = sqlx::sqlite::SqlitePoolOptions::new().max_connections(1)
     /// #     .connect("sqlite::memory:").await?;
     /// # sqlx::query("CREATE TABLE orders (id INTEGER PRIMARY KEY)").execute(&pool).await?;
@@ -251,10 +253,13 @@ impl<K: ?Sized> SharedFilter<K> {
     /// ```
     /// use std::time::Duration;
     /// use bloom_tower::{BloomFilter, SharedFilter, shared_filter::Follow};
+    /// # #[cfg(feature = "sqlx")]
     /// use bloom_tower::key_source::change_log::ChangeLog;
     ///
+    /// # #[cfg(not(feature = "sqlx"))] fn main() {}
+    /// # #[cfg(feature = "sqlx")]
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     /// # let pool = sqlx::sqlite::SqlitePoolOptions::new().max_connections(1)
     /// #     .connect("sqlite::memory:").await?;
     /// # sqlx::query("CREATE TABLE users (id INTEGER PRIMARY KEY)").execute(&pool).await?;
@@ -264,8 +269,9 @@ impl<K: ?Sized> SharedFilter<K> {
     /// filter.reload_from(&users).await?;
     /// let task = filter.follow(users, Follow::every(Duration::from_millis(20)));
     /// sqlx::query("INSERT INTO users (id) VALUES (12)").execute(&pool).await?;
-    /// tokio::time::sleep(Duration::from_millis(200)).await;
-    /// assert!(filter.contains(&12i64));
+    /// while !filter.contains(&12i64) {
+    ///     tokio::time::sleep(Duration::from_millis(20)).await; // one interval, at most two
+    /// }
     /// task.shutdown().await;
     /// # Ok(())
     /// # }
