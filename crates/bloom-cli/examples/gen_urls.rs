@@ -2,7 +2,7 @@
 //! `bloom dedup` (see the README's "Dedup throughput").
 //!
 //! ```sh
-//! cargo run --release -p bloom-cli --example gen_urls -- 2000000 0.1 > /tmp/urls
+//! cargo run --release -p bloomguard-cli --example gen_urls -- 2000000 0.1 > /tmp/urls
 //! ```
 //!
 //! Arguments: the number of lines (default 2000000) and the share of them that repeat an

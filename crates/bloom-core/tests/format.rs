@@ -17,7 +17,7 @@
 //! `git status` must show the existing ones unchanged:
 //!
 //! ```sh
-//! cargo test -p bloom-core --release --test format -- --ignored regenerate_golden_files --nocapture
+//! cargo test -p bloomguard-core --release --test format -- --ignored regenerate_golden_files --nocapture
 //! ```
 //!
 //! It prints each file's m, k and positives among the 1000 non-keys, the values pinned in

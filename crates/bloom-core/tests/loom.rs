@@ -8,7 +8,7 @@
 //! words (k = 8: every insert touches every word).
 //!
 //! ```sh
-//! RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p bloom-core --release --test loom
+//! RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p bloomguard-core --release --test loom
 //! ```
 //!
 //! Preemptions are bounded to 3 by default to keep the run to seconds; set

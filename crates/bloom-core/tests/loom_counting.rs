@@ -1,6 +1,6 @@
 //! Loom model of the counting filter's compare-and-swap counters: concurrent inserts and
 //! removes of keys that share counters never lose a key that stays inserted.
-//! Run: `RUSTFLAGS="--cfg loom" cargo test -p bloom-core --release --test loom_counting`
+//! Run: `RUSTFLAGS="--cfg loom" cargo test -p bloomguard-core --release --test loom_counting`
 #![cfg(loom)]
 
 use bloom_core::CountingBloomFilter;

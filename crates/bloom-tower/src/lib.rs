@@ -14,7 +14,7 @@ pub mod guard;
 #[cfg_attr(docsrs, doc(cfg(feature = "guarded-cache")))]
 pub mod guarded_cache;
 // The guide's example is a whole service: it needs the features it uses (docs.rs builds with
-// all of them), so that `cargo test -p bloom-tower` with the defaults does not fail on it.
+// all of them), so that `cargo test -p bloomguard-tower` with the defaults does not fail on it.
 #[cfg(all(
     feature = "sqlx",
     feature = "guarded-cache",
