@@ -3,7 +3,8 @@
 //! end-to-end tests in `tests/`).
 #![forbid(unsafe_code)]
 
-/// The workspace README's Rust blocks, compiled and run as this crate's doc tests.
+/// The workspace README's Rust blocks as this crate's doc tests: its example (`quickstart.rs`,
+/// kept equal by `tests/readme.rs`) is compiled; it serves forever, so it is `no_run`.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct WorkspaceReadme;

@@ -251,6 +251,7 @@ async fn postgres_suite() {
     rows_committed_while_the_connection_is_down_are_caught_up(&server, dir.path()).await;
     a_fleet_follows_an_outside_writer_and_survives_its_follower_killed(&server, dir.path()).await;
     a_uuid_table_restarted_from_its_snapshot_is_caught_up(&server, dir.path()).await;
+    a_uuid_column_is_followed_as_uuid_keys(&server).await;
 }
 
 async fn one_instance_follows_other_writers(server: &postgres::Postgres, dir: &std::path::Path) {
@@ -472,6 +473,19 @@ async fn a_fleet_follows_an_outside_writer_and_survives_its_follower_killed(
     drop(killed);
 }
 
+/// A new database `name` with an empty `orders(id UUID)` table whose ids the server draws.
+async fn uuid_orders(server: &postgres::Postgres, name: &str) -> sqlx::PgPool {
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&server.create_database(name))
+        .await
+        .unwrap();
+    pool.execute("CREATE TABLE orders (id UUID PRIMARY KEY DEFAULT gen_random_uuid())")
+        .await
+        .unwrap();
+    pool
+}
+
 /// The library over `orders(id UUID)`: no id order at all. A restart from the snapshot after
 /// another writer added rows serves caught up, and holds every row.
 async fn a_uuid_table_restarted_from_its_snapshot_is_caught_up(
@@ -482,15 +496,7 @@ async fn a_uuid_table_restarted_from_its_snapshot_is_caught_up(
     use bloom_tower::shared_filter::Started;
     use bloom_tower::{BloomFilter, SharedFilter};
 
-    let url = server.create_database("follow_uuid");
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(2)
-        .connect(&url)
-        .await
-        .unwrap();
-    pool.execute("CREATE TABLE orders (id UUID PRIMARY KEY DEFAULT gen_random_uuid())")
-        .await
-        .unwrap();
+    let pool = uuid_orders(server, "follow_uuid").await;
     let orders = ChangeLog::<String, sqlx::Postgres>::postgres(pool.clone(), "orders", "id")
         .unwrap()
         .cast_to("TEXT")
@@ -529,4 +535,57 @@ async fn a_uuid_table_restarted_from_its_snapshot_is_caught_up(
         assert!(filter.contains(id.as_str()), "{id}");
     }
     println!("postgres uuid table: restarted from its snapshot {started:?}, all 1300 rows held");
+}
+
+/// `orders(id UUID)` read natively (feature `uuid`: no `cast_to`, no newtype): a
+/// `ChangeLog<Uuid, Postgres>` fills a `SharedFilter<Uuid>` and follows rows another writer
+/// commits, which are then held as the same keys a `Uuid` parsed from text is.
+async fn a_uuid_column_is_followed_as_uuid_keys(server: &postgres::Postgres) {
+    use bloom_tower::key_source::change_log::ChangeLog;
+    use bloom_tower::shared_filter::{Follow, Started};
+    use bloom_tower::{BloomFilter, SharedFilter};
+    use uuid::Uuid;
+
+    let pool = uuid_orders(server, "follow_uuid_native").await;
+    let orders = ChangeLog::<Uuid, sqlx::Postgres>::postgres(pool.clone(), "orders", "id").unwrap();
+    orders.install().await.unwrap();
+    pool.execute("INSERT INTO orders SELECT FROM generate_series(1, 1000)")
+        .await
+        .unwrap();
+    let (filter, started) = SharedFilter::<Uuid>::builder()
+        .name("orders")
+        .start(BloomFilter::new(100_000, 0.001).unwrap(), &orders)
+        .await
+        .unwrap();
+    assert!(
+        matches!(started, Started::Rebuilt { keys: 1000, .. }),
+        "{started:?}"
+    );
+    let following = filter.follow(orders, Follow::every(Duration::from_millis(50)));
+    // Another writer, behind the service's back.
+    let added: Vec<Uuid> =
+        sqlx::query_scalar("INSERT INTO orders SELECT FROM generate_series(1, 300) RETURNING id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    let committed = Instant::now();
+    let deadline = committed + Duration::from_secs(10);
+    while !added.iter().all(|id| filter.contains(id)) {
+        assert!(Instant::now() < deadline, "the new rows were not followed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let took = committed.elapsed();
+    let rows: Vec<(Uuid, String)> = sqlx::query_as("SELECT id, id::text FROM orders")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1300);
+    let parsed = |text: &str| text.parse::<Uuid>().unwrap();
+    assert!(
+        rows.iter()
+            .all(|(id, text)| filter.contains(id) && filter.contains(&parsed(text))),
+        "every row is held, read as a UUID or parsed from its text"
+    );
+    following.shutdown().await;
+    println!("postgres uuid column: 300 rows of another writer followed in {took:?}");
 }

@@ -16,9 +16,9 @@ pub(crate) struct BitVector {
 }
 
 /// Eight words on one 64-byte cache line: a Blocked filter's 512-bit block is exactly one
-/// `Line`, so a lookup touches one line. (The words used to be a `Box<[AtomicU64]>`, only
-/// 8-byte aligned: an array large enough for `malloc` to `mmap` starts 16 bytes into a page,
-/// so every block straddled two cache lines, and a lookup out of cache usually paid for two.)
+/// `Line`, so a lookup touches one line. Rule: the array is 64-byte aligned, never only
+/// 8-byte (an array large enough for `malloc` to `mmap` starts 16 bytes into a page, and
+/// every block would straddle two cache lines): `every_line_starts_on_a_cache_line`.
 #[repr(C, align(64))]
 pub(crate) struct Line(pub(crate) [AtomicU64; 8]);
 
@@ -125,15 +125,13 @@ pub(crate) fn zeroed_words(num_words: usize) -> Box<[AtomicU64]> {
 
 /// A zeroed array. Large ones are, on Linux, advised onto 2 MiB transparent huge pages
 /// before anything touches them: a lookup in a filter far larger than the TLB's reach
-/// otherwise pays a page walk on top of its cache miss. Measured with
-/// `bloom dedup --items 100M --fpr 1e-4` on 20M URLs (a 261 MiB filter): 1.6× fewer CPU
-/// seconds than 4 KiB pages (see the README's benchmark section).
+/// otherwise pays a page walk on top of its cache miss (the figures, with the command that
+/// measures them: `benches/README.md`; the advice itself: `tests/huge_pages.rs`).
 ///
 /// So an array of [`Line`]s is allocated uninitialised, advised, and only then zeroed. The
 /// standard `alloc_zeroed` cannot be used for it: for an alignment above 16 (a `Line` is 64)
-/// it is `alloc` plus a `memset`, which faulted every page in as 4 KiB before the advice, so
-/// no Bloom filter got a huge page (the kernel spent 0.12 s of a 0.37 s `bloom dedup` zeroing
-/// 67,000 small pages; with the advice in time it faults 130 huge ones).
+/// it is `alloc` plus a `memset`, which faults every page in as 4 KiB before the advice, and
+/// the array then gets no huge page (`tests/huge_pages.rs`).
 #[cfg(not(loom))]
 #[allow(unsafe_code)]
 fn zeroed_slice<T: ZeroValid>(len: usize) -> Box<[T]> {
@@ -227,9 +225,9 @@ fn advise_huge_pages(_: *mut u8, _: usize) {}
 /// Starts loading `word`'s cache line into L1 without waiting for it.
 ///
 /// The batch lookups hash a group of keys, prefetch every key's line, and only then test the
-/// bits, so the group's DRAM misses overlap instead of queueing one after another. Measured
-/// with `cargo bench -p bloom-benches --bench core -- contains_many` (see README): out of cache
-/// this is the difference between paying one memory latency per key and a fraction of one.
+/// bits, so the group's DRAM misses overlap instead of queueing one after another: out of
+/// cache a batch lookup pays a fraction of one memory latency per key, not one (bench:
+/// `contains_many_{hit,miss}/*` in benches/core.rs; figures in `benches/README.md`).
 #[inline(always)]
 #[cfg(all(target_arch = "x86_64", not(loom)))]
 #[allow(unsafe_code)]
@@ -247,4 +245,18 @@ fn prefetch(word: &AtomicU64) {
     // No stable safe prefetch elsewhere: a plain load still overlaps with the other keys'
     // loads in the out-of-order window, which is most of the benefit.
     let _ = word.load(crate::sync::Ordering::Relaxed);
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::BitVector;
+
+    /// A block is one cache line only if the array starts on one, small or `mmap`-sized.
+    #[test]
+    fn every_line_starts_on_a_cache_line() {
+        for words in [8, 1_000, 1 << 20] {
+            let bits = BitVector::zeroed(words);
+            assert_eq!(bits.lines.as_ptr() as usize % 64, 0, "{words} words");
+        }
+    }
 }

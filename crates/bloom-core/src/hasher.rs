@@ -7,8 +7,8 @@ use crate::Key;
 /// `h1` selects the block (Blocked, SplitBlock) or seeds the probe sequence (Classic). The
 /// second word each layout needs is derived from it on demand, so a layout pays only for its
 /// own: [`h2`](Self::h2) (Blocked's in-block positions, Classic's stride) is a bijective remix
-/// of `h1` rather than SipHash's 128-bit output, which costs three more SipRounds (measured
-/// +60% hashing time for short keys); the block index only consumes `h1`'s top bits, so the
+/// of `h1` rather than SipHash's 128-bit output, which costs three more SipRounds per key
+/// (bench: `floor/siphash13_u64` in benches/core.rs); the block index only consumes `h1`'s top bits, so the
 /// positions within a block still see 40+ bits of independent entropy.
 /// [`split_word`](Self::split_word) (SplitBlock's eight offsets) is one multiply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,8 +97,8 @@ impl KeyHasher {
         self.seed
     }
 
-    /// Always inlined: out of line (as the inliner chose for string keys once the far-filter
-    /// path was added to `contains`) a 1M-key string lookup took 24 ns instead of 13.
+    /// Always inlined, whatever the caller's size: a call per lookup is a cost the lookup
+    /// benches see (`contains_hit/str/*` in benches/core.rs).
     #[inline(always)]
     pub(crate) fn hash<K: Key + ?Sized>(&self, key: &K) -> KeyHash {
         KeyHash {

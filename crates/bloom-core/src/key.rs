@@ -17,9 +17,14 @@
 /// | `u8` … `u128`, `i8` … `i128` | little-endian two's complement, the type's own width |
 /// | `usize`, `isize` | as `u64` / `i64` little-endian, on every platform |
 /// | `&T`, `Box<T>` | the bytes of `T` |
+/// | `uuid::Uuid` (feature `uuid`) | its 16 bytes in RFC 9562 order ([`Uuid::as_bytes`]): the same key as that `[u8; 16]` |
+///
+/// [`Uuid::as_bytes`]: https://docs.rs/uuid/1/uuid/struct.Uuid.html#method.as_bytes
 ///
 /// So `"42"` and `42u64` are different keys, and `42u32` and `42u64` are different keys
-/// (4 bytes vs 8 bytes): pick one type per filter.
+/// (4 bytes vs 8 bytes): pick one type per filter. A `Uuid` is not the key of its text, nor
+/// of `uuid.as_u128()` (a `u128` is little-endian; the UUID's bytes are its big-endian form,
+/// `u128::to_be_bytes`).
 ///
 /// # Implementing it for your own type
 ///
@@ -120,6 +125,17 @@ impl Key for isize {
     }
 }
 
+/// A UUID is its 16 bytes as stored and sent on the wire (big-endian, RFC 9562 order), so the
+/// same UUID read from a database column, parsed from text or generated is the same key.
+#[cfg(feature = "uuid")]
+#[cfg_attr(docsrs, doc(cfg(feature = "uuid")))]
+impl Key for uuid::Uuid {
+    #[inline]
+    fn key_bytes(&self) -> impl AsRef<[u8]> {
+        *self.as_bytes()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Key;
@@ -139,5 +155,20 @@ mod tests {
         assert_eq!(bytes(&1usize), 1u64.to_le_bytes());
         assert_eq!(bytes(&-2isize), (-2i64).to_le_bytes());
         assert_eq!(bytes(&&&"x"), b"x");
+    }
+
+    #[cfg(feature = "uuid")]
+    #[test]
+    fn a_uuid_is_its_sixteen_bytes_in_rfc_order() {
+        let text = "67e55044-10b1-426f-9247-bb680e5fe0c8";
+        let uuid: uuid::Uuid = text.parse().unwrap();
+        let want = [
+            0x67, 0xe5, 0x50, 0x44, 0x10, 0xb1, 0x42, 0x6f, 0x92, 0x47, 0xbb, 0x68, 0x0e, 0x5f,
+            0xe0, 0xc8,
+        ];
+        assert_eq!(bytes(&uuid), want);
+        assert_eq!(bytes(&uuid), uuid.as_u128().to_be_bytes());
+        assert_ne!(bytes(&uuid), bytes(&uuid.as_u128()), "not the u128 key");
+        assert_ne!(bytes(&uuid), bytes(text), "not the text key");
     }
 }

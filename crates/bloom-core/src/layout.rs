@@ -1,4 +1,10 @@
 //! Where a key's probes land: the three layouts and the probe arithmetic they share.
+//!
+//! **The bit placement is the file format**: a saved filter is its bits, and a key is found
+//! in it only where these functions put it. A change to where any layout places a bit (the
+//! reduction, the slot fields, the remix, the probe sequence) needs a new format tag and a new
+//! golden file (`tests/format.rs`: the `golden_v1_*_still_loads` tests fail on any change to
+//! the placement of a format they cover).
 
 use std::fmt;
 use std::str::FromStr;
@@ -107,7 +113,9 @@ pub(crate) fn reduce(hash: u64, n: u64) -> u64 {
 /// block. Slot offsets are cut as independent fields from `h2`; when it runs out of bits a
 /// fresh 64 bits are mixed from both halves, so `k` may be as large as wanted.
 ///
-/// Shared by every blocked structure (bits here, counters in the counting variant).
+/// Shared by every blocked structure (bits here, counters in the counting variant). The bit
+/// placement is the file format: a change needs a new format tag and golden file
+/// (`tests/format.rs`, `golden_v1_blocked_still_loads`, `golden_v1_blocked_k20_still_loads`).
 #[inline(always)]
 pub(crate) fn for_each_in_block(h2: u64, k: u32, slots_log2: u32, mut visit: impl FnMut(usize)) {
     let mask = (1u64 << slots_log2) - 1;
@@ -137,7 +145,9 @@ pub(crate) fn for_each_in_block(h2: u64, k: u32, slots_log2: u32, mut visit: imp
 /// 64-bit word: offset `i` is `64·i + f_i`, where `f_i` is the 6-bit field
 /// `(word >> (16 + 6i)) & 63` of [`KeyHash::split_word`](crate::hasher::KeyHash::split_word).
 /// The low 16 bits of the product are skipped: bit `j` of a product depends only on bits
-/// `0..=j` of its factors, so the low bits are the weakest.
+/// `0..=j` of its factors, so the low bits are the weakest. The bit placement is the file
+/// format: a change needs a new format tag and golden file (`tests/format.rs`,
+/// `golden_v1_split_block_still_loads`).
 #[inline(always)]
 pub(crate) fn for_each_in_split_block(word: u64, mut visit: impl FnMut(usize)) {
     for i in 0..crate::params::SPLIT_HASHES as usize {
@@ -168,7 +178,9 @@ pub(crate) fn for_each_in_line(layout: Layout, hash: KeyHash, k: u32, visit: imp
 }
 
 /// The `k` slot indices (each in `0..num_slots`) of a key in a Classic array, by enhanced
-/// double hashing (Dillinger & Manolios): `x += y; y += i`.
+/// double hashing (Dillinger & Manolios): `x += y; y += i`. The bit placement is the file
+/// format: a change needs a new format tag and golden file (`tests/format.rs`,
+/// `golden_v1_classic_still_loads`).
 #[inline(always)]
 pub(crate) fn for_each_classic(
     hash: KeyHash,

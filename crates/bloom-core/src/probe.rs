@@ -37,9 +37,9 @@ use crate::sync::Ordering::Relaxed;
 /// ([`Probe::for_filter_of`]), and kept in the filter so that a lookup pays a predictable
 /// branch or two for the choice.
 ///
-/// Two fields rather than one enum of every combination: a four-way match on one byte compiled
-/// to a jump table, which cost the in-cache SplitBlock lookup 3–4% (`contains_hit/u64/300k`,
-/// alternated runs); two small matches compile to compares.
+/// Two fields rather than one enum of every combination: a four-way match on one byte
+/// compiles to a jump table, an indirect branch on every lookup; two small matches compile
+/// to compares (bench: `contains_hit/u64/300k` in benches/core.rs).
 ///
 /// The variants are private to this module: a `Probe` that names a SIMD path can only come
 /// from [`Probe::for_filter_of`], which is what makes calling that path sound.
@@ -87,16 +87,12 @@ pub(crate) fn has_avx512_rotates() -> bool {
 /// what it costs is how many lookups the core can keep waiting at once: their misses
 /// overlap. Each waiting lookup holds every register it wrote until it retires, and
 /// SipHash-1-3 writes about seventy integer registers for an 8-byte key and a hundred for a
-/// 24-byte one, so the integer register file, not the memory, looks to be what runs out
-/// (this VM has no counters to observe it; the measured effect is what decided). Hashed in
-/// vector registers, which are counted apart, the same lookups overlap more:
-/// `contains_{hit,miss}/{u64,str}/50M` (about 60 MB) went from 52–61 to 43–49 ns (`u64`) and
-/// from 78–87 to 56–66 ns (24-byte strings) with the AVX-512 rotations. In cache the vector
-/// form is slower, its SipRound being a longer chain: in a scratch loop (SplitBlock's lookup,
-/// scalar against vector hash) it was 6–60% slower at 0.4–2.5 MB, even (`u64`) or faster
-/// (strings) at 5 MB and faster from 7.5 MB on; the AVX2 form broke even between 7.5 and
-/// 10 MB for `u64` keys. 8 MiB also leaves room for the rest of what a server keeps in its
-/// last-level cache.
+/// 24-byte one, so the integer register file, not the memory, is what bounds the overlap.
+/// Hashed in vector registers, which are counted apart, the same lookups overlap more. In
+/// cache the vector form is slower, its SipRound being a longer chain. Rule: a filter hashes
+/// in vector registers only from the size where that is the faster form, at or above the
+/// last-level cache a server leaves a filter (bench: `contains_{hit,miss}/{u64,str}/{1M,50M}`
+/// in benches/core.rs, either side of this bound; figures in `benches/README.md`).
 pub(crate) const FAR_FILTER_BYTES: usize = 8 << 20;
 
 impl Probe {
@@ -185,9 +181,9 @@ impl Probe {
 
     /// A whole Blocked lookup: `key` hashed with `hasher`, its block found by `block_of`,
     /// and its `k` bits tested. Only the vector hashes ([`Hash::Avx2Lanes`],
-    /// [`Hash::Avx512Lanes`]) are computed inside the AVX2 function; the scalar one first
-    /// (Blocked measured 2–3% slower hashing inside, `contains_hit/u64/{300k,1M}`,
-    /// alternated runs).
+    /// [`Hash::Avx512Lanes`]) are computed inside the AVX2 function; the scalar one first,
+    /// which is the faster order for Blocked (bench: `contains_hit/u64/{300k,1M}` in
+    /// benches/core.rs).
     #[inline(always)]
     pub(crate) fn contains_key<'a, K: Key + ?Sized>(
         self,
@@ -196,11 +192,10 @@ impl Probe {
         block_of: impl FnOnce(KeyHash) -> &'a Line,
         k: u32,
     ) -> bool {
-        // One arm per vector hash, each calling its own instance of `contains_far`. One arm
-        // choosing the rotations inside (in one function, or in an out-of-line dispatcher)
-        // made Blocked's 50M lookups 10–25% slower in alternated runs, though the lookup
-        // function it reached compiled to the same instructions: what changed was the path
-        // to it.
+        // One arm per vector hash, each calling its own instance of `contains_far`: the
+        // choice of rotations is made here, never inside the lookup (in one function or an
+        // out-of-line dispatcher), whose path to the lookup the far-filter benches measure
+        // (`contains_hit/u64/50M` in benches/core.rs).
         match self.hash {
             Hash::Scalar => {
                 let h = hasher.hash(key);
@@ -223,8 +218,8 @@ impl Probe {
     /// `block_of`, and its eight bits tested. With AVX2 the hash and `block_of` are inlined
     /// into the AVX2 function (a function compiled for AVX2 cannot be inlined into one that
     /// is not, but the reverse is allowed), so the hash, the block index and the test are
-    /// one call's straight-line code rather than a hash, a call and a test: 2–4% faster than
-    /// hashing first (`contains_hit/u64/{300k,1M}`, alternated runs).
+    /// one call's straight-line code rather than a hash, a call and a test (bench:
+    /// `contains_hit/u64/{300k,1M}` in benches/core.rs).
     #[inline(always)]
     pub(crate) fn contains_split_key<'a, K: Key + ?Sized>(
         self,
@@ -354,13 +349,10 @@ mod x86 {
     /// `h2 = mix(h1)` is computed here, in vector registers, rather than by the caller with
     /// two integer multiplies: a lookup out of cache waits for its line with its
     /// instructions parked in the core, and how many lookups can wait at once (and so
-    /// overlap their misses) looks bounded by the integer registers they hold (SipHash alone
-    /// writes about seventy). That fits every measurement (the README's benchmark section)
-    /// but this VM has no counters to observe it; what is measured is the effect: about
-    /// twenty vector instructions instead of eleven integer ones made
-    /// `contains_{hit,miss}/u64/50M` 18–27% faster and `…/1M` about 5%, `…/300k` (in L2)
-    /// unchanged (alternated runs). The answer is the same bits
-    /// (`simd_and_scalar_agree_on_random_blocks`).
+    /// overlap their misses) is bounded by the integer registers they hold (SipHash alone
+    /// writes about seventy), so the remix stays out of them (bench:
+    /// `contains_{hit,miss}/u64/{300k,1M,50M}` in benches/core.rs). The answer is the same
+    /// bits (`simd_and_scalar_agree_on_random_blocks`).
     ///
     /// # Safety
     ///
@@ -491,9 +483,8 @@ mod x86 {
     }
 
     /// [`contains_avx2`] of `key`, hashed in vector registers ([`KeyHasher::hash_in_lanes`]).
-    /// `h2 = mix(h1)` goes back to integer registers, which the hash left free:
-    /// `contains_{hit,miss}/u64/50M` 48–51 ns that way, 58–59 with `mix` in lanes as
-    /// `contains_avx2` has it (alternated runs).
+    /// `h2 = mix(h1)` goes back to integer registers, which the hash left free, unlike
+    /// [`contains_avx2`] (bench: `contains_{hit,miss}/u64/50M` in benches/core.rs).
     ///
     /// # Safety
     ///

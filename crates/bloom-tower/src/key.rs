@@ -564,8 +564,9 @@ fn segments(template: &str) -> impl Iterator<Item = &str> {
     template.split('/').filter(|segment| !segment.is_empty())
 }
 
-/// An extractor whose text key is parsed into `T` (e.g. `u64`) before the lookup; text that
-/// does not parse is a missing key. Made by `.parse::<T>()` on the HTTP extractors.
+/// An extractor whose text key is parsed into `T` (e.g. `u64`, or `uuid::Uuid` with the
+/// `uuid` feature) before the lookup; text that does not parse is a missing key (the guard
+/// warns when most requests have none). Made by `.parse::<T>()` on the HTTP extractors.
 pub struct Parse<E, T> {
     inner: E,
     _key: PhantomData<fn() -> T>,

@@ -105,6 +105,11 @@ struct Server {
 
 impl Server {
     async fn get(&self, id: u64) -> StatusCode {
+        self.get_path(&id.to_string()).await
+    }
+
+    /// `GET /users/{id}` with `id` as written.
+    async fn get_path(&self, id: &str) -> StatusCode {
         let uri = format!("http://{}/users/{id}", self.addr);
         self.client
             .get(uri.parse().unwrap())
@@ -176,4 +181,80 @@ async fn a_guard_whose_keys_match_stays_quiet_however_many_it_rejects() {
     }
     assert!(passed >= 10, "every inserted id passes: {passed}");
     assert!(warnings_of("matching-users").is_empty());
+}
+
+/// UUIDs in the path parsed as integers: the extractor finds no key in any request, so every
+/// one goes to the missing-key policy (let through) and the guard protects nothing. It says
+/// so at the 100th request, once; after a stretch of requests with keys, it says so again.
+#[tokio::test]
+async fn a_guard_whose_extractor_finds_no_key_in_most_requests_warns_that_it_protects_nothing() {
+    let orders = filter::<u128>(4);
+    for id in 1..=1_000u128 {
+        orders.insert(&id);
+    }
+    let server = serve(
+        "keyless-orders",
+        orders,
+        key::path_param("id").parse::<u128>(),
+    )
+    .await;
+    let uuid = "67e55044-10b1-426f-9247-bb680e5fe0c8";
+    for _ in 1..100 {
+        assert_eq!(server.get_path(uuid).await, StatusCode::OK);
+    }
+    assert!(warnings_of("keyless-orders").is_empty());
+    for _ in 100..=300 {
+        assert_eq!(server.get_path(uuid).await, StatusCode::OK);
+    }
+    let warnings = warnings_of("keyless-orders");
+    let [warning] = warnings.as_slice() else {
+        panic!("one warning: {warnings:#?}");
+    };
+    let says = [
+        "found no key in 100 of the last 100 requests",
+        "the guard protects nothing",
+    ];
+    assert!(says.iter().all(|text| warning.contains(text)), "{warning}");
+    // Recovered: requests with keys; then none again, and it warns anew.
+    for id in 1..=100 {
+        assert_eq!(server.get(id).await, StatusCode::OK);
+    }
+    for _ in 0..200 {
+        assert_eq!(server.get_path(uuid).await, StatusCode::OK);
+    }
+    assert_eq!(warnings_of("keyless-orders").len(), 2);
+}
+
+/// With the `uuid` feature a `Uuid` is a key with no newtype: a `SharedFilter<Uuid>` is
+/// filled with them and `path_param("id").parse::<Uuid>()` reads them from the path in any
+/// of their text forms.
+#[cfg(feature = "uuid")]
+#[tokio::test]
+async fn uuid_keys_are_parsed_from_the_path_with_no_newtype() {
+    use uuid::Uuid;
+
+    let orders = filter::<Uuid>(5);
+    let known: Vec<Uuid> = (1..=1_000u128)
+        .map(|n| Uuid::from_u128(n * 0x9e37_79b9_7f4a_7c15))
+        .collect();
+    orders.reload_from(&known).await.unwrap();
+    assert!(orders.contains(&known[0]));
+    let server = serve("uuid-orders", orders, key::path_param("id").parse::<Uuid>()).await;
+    for uuid in &known[..50] {
+        assert_eq!(server.get_path(&uuid.to_string()).await, StatusCode::OK);
+        let simple = uuid.simple().to_string().to_uppercase();
+        assert_eq!(server.get_path(&simple).await, StatusCode::OK);
+    }
+    let absent = (1_001..=1_100u128).map(|n| Uuid::from_u128(n * 0x9e37_79b9_7f4a_7c15));
+    let mut rejected = 0;
+    for uuid in absent {
+        if server.get_path(&uuid.to_string()).await == StatusCode::NOT_FOUND {
+            rejected += 1;
+        }
+    }
+    assert!(
+        rejected >= 90,
+        "absent UUIDs are rejected: {rejected} of 100"
+    );
+    assert!(warnings_of("uuid-orders").is_empty());
 }

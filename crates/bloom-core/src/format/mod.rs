@@ -9,7 +9,7 @@
 //!   scalable filter's list of stages) and `label.rs` (a snapshot's label in front of a
 //!   filter of any kind, [`SNAPSHOT_MAGIC`]);
 //! * `any.rs`: reading a file of whichever kind; `peek.rs`: what a file is, from its first
-//!   bytes ([`peek()`]).
+//!   bytes ([`peek()`]); `read.rs`: filling a buffer from a reader that may return less.
 //!
 //! A filter kind only tells the format what its body holds: its settings, and its words or
 //! its stages. Every writer streams, checksumming as it goes: no file is built in memory
@@ -23,14 +23,13 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::io::{self, Read};
-
 mod any;
 mod checksum;
 mod error;
 mod header;
 mod label;
 mod peek;
+mod read;
 mod stages;
 #[cfg(test)]
 mod tests;
@@ -43,19 +42,5 @@ pub use peek::{FileInfo, peek};
 
 #[cfg(test)]
 pub(crate) use header::KIND_OFFSET;
+pub(crate) use read::read_up_to;
 pub(crate) use words::WordBody;
-
-/// Fills as much of `buf` as the reader has; returns how much (less than `buf.len()` only at
-/// end of input).
-pub(crate) fn read_up_to<R: Read + ?Sized>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        match r.read(&mut buf[filled..]) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(filled)
-}

@@ -1,10 +1,12 @@
-//! The WARN a guard logs when it rejects everyone: an empty filter, or keys of another form.
+//! The WARN a guard logs when it protects nothing: it rejects everyone (an empty filter, keys
+//! of another form than the inserted ones), or its extractor finds no key in most requests.
 //!
-//! A key-type mismatch (`path_param("id")` yields the text `"42"`, the filter holds the
-//! integer `42`) once rejected every existing id with only DEBUG logs. Typed filters make the
-//! common cases compile errors; these checks catch the rest (a closure that formats keys
-//! differently, a filter that was never loaded) at the first requests, where an operator
-//! looks.
+//! Rule: a guard that answers every request the same way for a reason in its configuration
+//! says so at WARN within its first [`SUSPICIOUS_REJECTIONS`] requests, not only at DEBUG.
+//! Typed filters make the common key mismatches compile errors; these checks catch the rest
+//! (a closure that formats keys differently, a filter that was never loaded, a
+//! `.parse::<u128>()` of UUID text). Tests: `tests/typed_keys.rs` and
+//! `tests/empty_filter_warning.rs`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -19,12 +21,29 @@ pub(crate) const SUSPICIOUS_REJECTIONS: u64 = 100;
 /// How often, at most, the guard repeats that its filter is empty.
 const EMPTY_WARNING_EVERY_SECS: u64 = 60;
 
+/// The requests one verdict on missing keys looks at (at least; see
+/// [`Diagnosis::after_missing_key`]).
+pub(crate) const MISSING_KEY_WINDOW: u64 = 100;
+
+/// Requests without a key, in tenths of a window, from which the guard warns that it
+/// protects nothing…
+const MOSTLY_MISSING_TENTHS: u64 = 9;
+
+/// …and up to which it counts as recovered, free to warn again.
+const RECOVERED_TENTHS: u64 = 5;
+
 /// What a guard has warned about already.
 #[derive(Default)]
 pub(crate) struct Diagnosis {
     /// Seconds since the epoch of the last "empty filter" warning; 0 before the first.
     empty_warned_at: AtomicU64,
     mismatch_warned: AtomicBool,
+    /// The guard's request count when the current missing-key window opened.
+    window_requests: AtomicU64,
+    /// Its missing-key count then.
+    window_missing: AtomicU64,
+    /// Set by the "no key" warning, cleared by a window with few keys missing.
+    missing_warned: AtomicBool,
 }
 
 impl Diagnosis {
@@ -46,9 +65,56 @@ impl Diagnosis {
         self.diagnose(guard, filter, suspicious);
     }
 
-    /// The filter counts as empty only if its key counter is 0 *and* it has no set bit:
-    /// bits OR-ed straight into the bit array (a `RedisSync` join or pull, `union_words`)
-    /// leave the counter at 0 (`empty_filter_warning.rs`:
+    /// After the guard's `missing`-th request without a key, its `requests`-th in all. The
+    /// requests since the window opened, once there are [`MISSING_KEY_WINDOW`] of them, are
+    /// one verdict: at least [`MOSTLY_MISSING_TENTHS`] in ten without a key warns (once), at
+    /// most [`RECOVERED_TENTHS`] in ten re-arms the warning. Only requests without a key
+    /// close a window, so one spanning a healthy stretch counts as recovered.
+    #[inline]
+    pub(crate) fn after_missing_key(&self, guard: &str, missing: u64, requests: u64) {
+        let opened = self.window_requests.load(Relaxed);
+        if requests < opened + MISSING_KEY_WINDOW {
+            return;
+        }
+        self.close_missing_window(guard, missing, requests, opened);
+    }
+
+    #[cold]
+    fn close_missing_window(&self, guard: &str, missing: u64, requests: u64, opened: u64) {
+        // One caller closes each window.
+        if self
+            .window_requests
+            .compare_exchange(opened, requests, Relaxed, Relaxed)
+            .is_err()
+        {
+            return;
+        }
+        let span = requests - opened;
+        let without_key = missing
+            .saturating_sub(self.window_missing.swap(missing, Relaxed))
+            .min(span);
+        if without_key * 10 >= span * MOSTLY_MISSING_TENTHS {
+            if !self.missing_warned.swap(true, Relaxed) {
+                tracing::warn!(
+                    guard = %guard,
+                    missing_key = without_key,
+                    requests = span,
+                    "the key extractor found no key in {without_key} of the last {span} requests: \
+                     the guard protects nothing (they all go to its missing-key policy); check \
+                     the extractor against the requests (text that .parse::<T>() cannot read, \
+                     such as a UUID parsed as an integer, is no key; or another route, query or \
+                     header), or layer the guard only on routes that carry the key",
+                );
+            }
+        } else if without_key * 10 <= span * RECOVERED_TENTHS {
+            self.missing_warned.store(false, Relaxed);
+        }
+    }
+
+    /// The filter counts as empty only if its key count is 0 *and* it has no set bit: the
+    /// count of a filter whose bits were OR-ed in (a `RedisSync` join or pull, `union_words`)
+    /// comes from those bits, and any other way bits arrive without a count must not read as
+    /// empty either (`empty_filter_warning.rs`:
     /// `a_filter_filled_through_its_bit_array_is_not_reported_empty`). The bits are only
     /// looked at when the counter is 0 and a warning is due: at most one full scan of an
     /// empty filter per [`EMPTY_WARNING_EVERY_SECS`], and a filled one stops at its first

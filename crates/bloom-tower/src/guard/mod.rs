@@ -26,7 +26,7 @@
 //!   the guard sits next to its handler and reads axum's matched route. A rejection then also
 //!   pays axum's routing and what any route layer costs (about 2× axum's 404).
 //!
-//! The workspace README has the measured figures (`benches/guard.rs`).
+//! The measured figures are in `benches/README.md` (`benches/guard.rs`).
 //!
 //! # Example: an HTTP service
 //!

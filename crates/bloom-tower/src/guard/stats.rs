@@ -45,7 +45,7 @@ struct GuardMetrics {
     missing_key: metrics::Counter,
 }
 
-// Without `metrics` the guard's name only labels the warnings of `rejected`.
+// Without `metrics` the guard's name only labels the warnings of `rejected` and `missing_key`.
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
 impl GuardCounters {
     #[cfg(feature = "metrics")]
@@ -89,12 +89,15 @@ impl GuardCounters {
             .after_rejection(guard, filter, rejected, || self.passed.load(Relaxed));
     }
 
-    /// The extractor found no key.
+    /// The extractor found no key; warns if it finds none in most requests (see
+    /// [`Diagnosis`]).
     #[inline]
     pub(crate) fn missing_key(&self, guard: &str) {
-        self.missing_key.fetch_add(1, Relaxed);
+        let missing = self.missing_key.fetch_add(1, Relaxed) + 1;
         #[cfg(feature = "metrics")]
         self.metrics(guard).missing_key.increment(1);
+        let requests = missing + self.passed.load(Relaxed) + self.rejected.load(Relaxed);
+        self.diagnosis.after_missing_key(guard, missing, requests);
     }
 
     pub(crate) fn snapshot(&self) -> GuardStats {

@@ -206,7 +206,8 @@ impl<K, DB: Database> ChangeLog<K, DB> {
     }
 
     /// Reads the key as `CAST(<key> AS <sql_type>)`, in the full read and from the log: e.g.
-    /// `TEXT` to fill a `SharedFilter<String>` from a `UUID` column.
+    /// `TEXT` to fill a `SharedFilter<String>` from a `UUID` column. (With the `uuid` feature a
+    /// `UUID` column needs no cast: a `ChangeLog<uuid::Uuid, _>` reads it as it is.)
     ///
     /// # Errors
     /// [`InvalidName`] if `sql_type` is not a plain identifier.

@@ -31,6 +31,7 @@
 //! (cast in SQL, `CAST(id AS BIGINT)`, when the column is narrower). An application with `u64`
 //! ids over a signed `BIGINT` column decodes the column into its own id type (a newtype with
 //! `sqlx::Decode` and [`Key`]) rather than filling a `u64` filter from `i64`s.
+//! With the `uuid` feature a `UUID` column is read as `uuid::Uuid` keys: `query::<Uuid, _>`.
 
 use std::borrow::Cow;
 use std::fmt;

@@ -1,4 +1,4 @@
-//! [`ResponseCacheBody`]: a stored copy, the inner body untouched, or the frames read while
+//! [`ResponseBody`]: a stored copy, the inner body untouched, or the frames read while
 //! trying to store it followed by the rest of the inner body.
 
 use std::collections::VecDeque;
@@ -16,7 +16,7 @@ pin_project! {
     /// bytes of a stored response, or the inner service's body, always complete.
     ///
     /// ```
-    /// use bloom_tower::{ResponseCache, key, response_cache::ResponseCacheBody};
+    /// use bloom_tower::{ResponseCache, key, response_cache::ResponseBody};
     /// use http::{Request, Response};
     /// use http_body_util::{BodyExt, Full};
     /// use tower::{ServiceBuilder, ServiceExt, service_fn};
@@ -28,13 +28,13 @@ pin_project! {
     ///     .service(service_fn(|_: Request<()>| async {
     ///         Ok::<_, std::convert::Infallible>(Response::new(Full::new("user 7".into())))
     ///     }));
-    /// let response: Response<ResponseCacheBody<Full<bytes::Bytes>>> =
+    /// let response: Response<ResponseBody<Full<bytes::Bytes>>> =
     ///     cached.oneshot(Request::get("/users/7").body(())?).await?;
     /// assert_eq!(response.into_body().collect().await?.to_bytes(), "user 7");
     /// # Ok(())
     /// # }
     /// ```
-    pub struct ResponseCacheBody<B: Body> {
+    pub struct ResponseBody<B: Body> {
         #[pin]
         state: State<B>,
     }
@@ -66,10 +66,10 @@ pub(crate) enum Read<B: Body> {
     /// The whole body, within the limit.
     Complete(Bytes),
     /// Not stored, for `reason`; the client gets `body`, every byte of it.
-    Given(ResponseCacheBody<B>, super::policy::NotStored),
+    Given(ResponseBody<B>, super::policy::NotStored),
 }
 
-impl<B: Body> ResponseCacheBody<B> {
+impl<B: Body> ResponseBody<B> {
     pub(crate) fn cached(bytes: Bytes) -> Self {
         let bytes = (!bytes.is_empty()).then_some(bytes);
         Self {
@@ -90,7 +90,7 @@ impl<B: Body> ResponseCacheBody<B> {
     }
 }
 
-impl<B: Body<Data = Bytes>> ResponseCacheBody<B> {
+impl<B: Body<Data = Bytes>> ResponseBody<B> {
     /// Reads `body` whole if it is at most `limit` bytes.
     ///
     /// The limit is enforced while reading, not taken from `size_hint` (a body may
@@ -145,7 +145,7 @@ impl<B: Body<Data = Bytes>> ResponseCacheBody<B> {
     }
 }
 
-impl<B: Body<Data = Bytes>> Body for ResponseCacheBody<B> {
+impl<B: Body<Data = Bytes>> Body for ResponseBody<B> {
     type Data = Bytes;
     type Error = B::Error;
 
@@ -205,14 +205,14 @@ impl<B: Body<Data = Bytes>> Body for ResponseCacheBody<B> {
     }
 }
 
-impl<B: Body> fmt::Debug for ResponseCacheBody<B> {
+impl<B: Body> fmt::Debug for ResponseBody<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.state {
             State::Cached { .. } => "cached",
             State::Inner { .. } => "inner",
             State::Replay { .. } => "replay",
         };
-        f.debug_struct("ResponseCacheBody")
+        f.debug_struct("ResponseBody")
             .field("state", &state)
             .finish_non_exhaustive()
     }

@@ -94,8 +94,8 @@ mod service;
 mod stats;
 mod store;
 
-pub use body::ResponseCacheBody;
-pub use future::ResponseCacheFuture;
+pub use body::ResponseBody;
+pub use future::ResponseFuture;
 pub use layer::{ResponseCache, ResponseCacheBuilder};
 pub use service::ResponseCacheService;
 pub use stats::ResponseCacheStats;

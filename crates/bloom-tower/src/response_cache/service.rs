@@ -17,7 +17,7 @@ use super::in_flight::{FlightKey, Handoff};
 use super::layer::Shared;
 use super::policy::{self, NotStored, RequestUse};
 use super::store::{Stored, Variant};
-use super::{ResponseCacheBody, ResponseCacheFuture};
+use super::{ResponseBody, ResponseFuture};
 use crate::flight::{Flight, Role, wait};
 use crate::key::KeyExtractor;
 
@@ -58,7 +58,7 @@ impl<S: fmt::Debug, E> fmt::Debug for ResponseCacheService<S, E> {
     }
 }
 
-type Answer<B, E> = Result<Response<ResponseCacheBody<B>>, E>;
+type Answer<B, E> = Result<Response<ResponseBody<B>>, E>;
 
 impl<S, E, ReqBody, ResBody> Service<Request<ReqBody>> for ResponseCacheService<S, E>
 where
@@ -70,9 +70,9 @@ where
     ResBody: Body<Data = Bytes> + Send + 'static,
     ResBody::Error: Send,
 {
-    type Response = Response<ResponseCacheBody<ResBody>>;
+    type Response = Response<ResponseBody<ResBody>>;
     type Error = S::Error;
-    type Future = ResponseCacheFuture<ResBody, S::Error>;
+    type Future = ResponseFuture<ResBody, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -87,7 +87,7 @@ where
             .extract(&req)
             .map(|key| Bytes::copy_from_slice(key.key_bytes().as_ref()));
         let shared = Arc::clone(&self.shared);
-        ResponseCacheFuture::new(async move {
+        ResponseFuture::new(async move {
             let Some(record) = record else {
                 shared.counters.passed_through(&shared.name);
                 return pass_through(ready, req).await;
@@ -186,7 +186,7 @@ where
     }
 }
 
-fn serve_hit<B: Body>(shared: &Shared, hit: &Variant) -> Response<ResponseCacheBody<B>> {
+fn serve_hit<B: Body>(shared: &Shared, hit: &Variant) -> Response<ResponseBody<B>> {
     if hit.is_not_found() {
         shared.counters.negative_hit(&shared.name);
     } else {
@@ -226,12 +226,12 @@ where
     ) {
         Ok(rules) => rules,
         Err(reason) => {
-            let response = response.map(ResponseCacheBody::inner);
+            let response = response.map(ResponseBody::inner);
             return Ok(not_stored(shared, flight, reason, response));
         }
     };
     let (parts, body) = response.into_parts();
-    let bytes = match ResponseCacheBody::read(body, shared.config.max_body_bytes).await {
+    let bytes = match ResponseBody::read(body, shared.config.max_body_bytes).await {
         Read::Complete(bytes) => bytes,
         Read::Given(body, reason) => {
             let response = Response::from_parts(parts, body);
@@ -293,7 +293,7 @@ where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
     ResBody: Body<Data = Bytes>,
 {
-    Ok(ready.call(req).await?.map(ResponseCacheBody::inner))
+    Ok(ready.call(req).await?.map(ResponseBody::inner))
 }
 
 /// Any method but `GET`. A successful unsafe one (`POST`, `PUT`, `PATCH`, `DELETE`, …)

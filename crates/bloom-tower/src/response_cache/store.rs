@@ -21,7 +21,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode, Version, header};
 use moka::ops::compute::{CompResult, Op};
 
-use super::ResponseCacheBody;
+use super::ResponseBody;
 use super::policy::{RequestUse, StoreRules};
 
 /// Most variants kept per record: every lookup scans them, and every store copies the list.
@@ -141,8 +141,8 @@ impl Variant {
     }
 
     /// The response as the inner service gave it (for the request that loaded it).
-    pub(crate) fn response<B: http_body::Body>(&self) -> Response<ResponseCacheBody<B>> {
-        let mut response = Response::new(ResponseCacheBody::cached(self.body.clone()));
+    pub(crate) fn response<B: http_body::Body>(&self) -> Response<ResponseBody<B>> {
+        let mut response = Response::new(ResponseBody::cached(self.body.clone()));
         *response.status_mut() = self.status;
         *response.version_mut() = self.version;
         *response.headers_mut() = self.headers.clone();
@@ -150,7 +150,7 @@ impl Variant {
     }
 
     /// The response served from the cache, with its `Age` (RFC 9111 §5.1).
-    pub(crate) fn response_from_cache<B: http_body::Body>(&self) -> Response<ResponseCacheBody<B>> {
+    pub(crate) fn response_from_cache<B: http_body::Body>(&self) -> Response<ResponseBody<B>> {
         let mut response = self.response();
         let age = self.upstream_age + self.stored_at.elapsed().as_secs();
         response

@@ -107,7 +107,7 @@ impl Run {
         let (keys, items) = match count {
             Count::Read(read) => (read, next.items.load(Relaxed)),
             Count::FromBits => {
-                let estimate = next.filter.estimated_items().round() as u64;
+                let estimate = next.bit_estimate();
                 next.items.store(estimate, Relaxed);
                 (estimate, estimate)
             }

@@ -242,9 +242,7 @@ impl<K: ?Sized> SharedFilter<K> {
             Err(error) => return Err(error),
         };
         let current = self.shared.current.load_full();
-        if let Some(label) = &snapshot.label
-            && label.name != self.name()
-        {
+        if let Some(label) = snapshot.label.as_ref().filter(|l| l.name != self.name()) {
             return Ok(MergedSnapshot::Refused(MergeRefused::Name {
                 saved: label.name.clone(),
                 serving: self.name().to_owned(),
@@ -267,8 +265,7 @@ impl<K: ?Sized> SharedFilter<K> {
         // The key count is the estimate from the bits, at most one key per bit, as for a
         // filter shared prefilled (`Generation::counted`); never lowered
         // (`a_snapshot_of_the_same_filter_is_merged_into_the_serving_one`).
-        let estimate = serving.estimated_items().min(serving.num_bits() as f64);
-        current.items.fetch_max(estimate.round() as u64, Relaxed);
+        current.items.fetch_max(current.bit_estimate(), Relaxed);
         Ok(MergedSnapshot::Merged {
             set_bits: saved.count_ones(),
             saved_at_unix_ms: snapshot.label.map(|label| label.saved_at_unix_ms),

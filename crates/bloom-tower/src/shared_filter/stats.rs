@@ -24,7 +24,10 @@ pub struct FilterStats {
     /// scalable one).
     pub num_bits: u64,
     /// Distinct keys in the serving filter, counted as they go in (an insert that finds all
-    /// its bits set already is not counted, so this slightly undercounts).
+    /// its bits set already is not counted, so this slightly undercounts). Keys that arrive
+    /// as bits (merged from another instance's filter, as `bloom-redis` does, or from a
+    /// snapshot) set no counter: once bits were merged in, this is the estimate from the set
+    /// bits (`BloomFilter::estimated_items`, `-(m/k)·ln(1 - X/m)` per block), never lowered.
     pub approx_items: u64,
     /// Calls to [`SharedFilter::insert`](crate::SharedFilter::insert).
     pub inserts: u64,
