@@ -37,7 +37,9 @@ pub mod names {
     /// beyond the inserts themselves.
     pub const RECONCILE_BYTES: &str = "bloom_redis_reconcile_bytes_total";
     /// Gauge: 1 while this instance's view may be missing other instances' inserts (see
-    /// [`StalePolicy`](crate::StalePolicy)), 0 while it is fresh.
+    /// [`StalePolicy`](crate::StalePolicy)), 0 while it is fresh. Also 1 for the moments
+    /// of a join, until the instance's own first heartbeat comes back: the policy applies
+    /// then too (alert on it lasting, not on it being set).
     pub const STALE: &str = "bloom_redis_stale";
     /// Counter: would-be rejections let through because the view was stale.
     pub const STALE_LET_THROUGH: &str = "bloom_redis_stale_let_through_total";

@@ -103,8 +103,9 @@ impl Keys {
             base: format!("{{{prefix}}}"),
         }
     }
-    /// HASH m, k, layout, seed, format, incarnation: the parameters every instance must
-    /// share, the key layout's version, and a random id of this Redis dataset.
+    /// HASH m, k, layout, seed, format, incarnation, segment, filled: the parameters every
+    /// instance must share, the key layout's version, a random id of this Redis dataset, and
+    /// the mark that the filter was filled from the source ([`FILLED`](crate::scripts::FILLED)).
     pub(crate) fn config(&self) -> String {
         format!("{}:config", self.base)
     }

@@ -63,7 +63,15 @@ pub(crate) struct Joined {
     /// The `allkeys-*` policy by which the server may evict the filter's keys, if it has one
     /// (and a `maxmemory`).
     pub(crate) evicting: String,
+    /// Whether the config carries the mark [`FILLED`]: the shared filter was filled from the
+    /// source in this Redis data.
+    pub(crate) filled: bool,
 }
+
+/// The config field the fleet sets once the shared filter holds the source's keys (after a
+/// rebuild, or a check that found none missing). Redis that holds fewer keys than the source
+/// with the mark lost data; without it, it was never filled (a new fleet).
+pub(crate) const FILLED: &str = "filled";
 
 /// The key layout written by this version (segments grouped under per-group hash tags, with
 /// versions). Stored in the config; instances of another layout refuse to share it.
@@ -84,8 +92,9 @@ impl FromRedisValue for Joined {
             segment_bytes,
             server,
             evicting,
-        ]: [String; 11] = values.try_into().map_err(|_| {
-            redis::RedisError::from((redis::ErrorKind::TypeError, "join: 11 fields expected"))
+            filled,
+        ]: [String; 12] = values.try_into().map_err(|_| {
+            redis::RedisError::from((redis::ErrorKind::TypeError, "join: 12 fields expected"))
         })?;
         Ok(Self {
             shape: StoredShape {
@@ -101,6 +110,7 @@ impl FromRedisValue for Joined {
             segment_bytes,
             server,
             evicting,
+            filled: filled == "1",
         })
     }
 }
@@ -137,7 +147,7 @@ pub(crate) fn same_process(a: &str, b: &str) -> bool {
 
 /// Creates the config and generation if absent (first instance, or Redis restarted empty),
 /// then returns `[m, k, layout, seed, generation, building, format, incarnation, segment,
-/// server, evicting]` ([`Joined`]). KEYS: config, gen, building. ARGV: m, k, layout, seed, our
+/// server, evicting, filled]` ([`Joined`]). KEYS: config, gen, building. ARGV: m, k, layout, seed, our
 /// generation, format, a fresh incarnation, segment bytes. `INFO` comes last: before Redis 5,
 /// a script could not write after it.
 pub(crate) fn join() -> Script {
@@ -149,12 +159,12 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
 end
 redis.call('SET', KEYS[2], ARGV[5], 'NX')
 local c = redis.call('HMGET', KEYS[1], 'm', 'k', 'layout', 'seed', 'format', 'incarnation',
-  'segment')
+  'segment', 'filled')
 ",
         server_lua!(),
         r"
 return {c[1], c[2], c[3], c[4], redis.call('GET', KEYS[2]), redis.call('GET', KEYS[3]) or '',
-  c[5] or '', c[6] or '', c[7] or '', server, evicting}
+  c[5] or '', c[6] or '', c[7] or '', server, evicting, c[8] or ''}
 ",
     ))
 }
@@ -316,7 +326,9 @@ return 1
 /// [`Ack`]: late when the window is closed, and also when Redis lost it (it has a TTL, which a
 /// `volatile-*` eviction policy may take), since a late instance carries its bits over and
 /// loses nothing, where one wrongly in time loses what it inserted before it double-wrote.
-/// (It used to check the seal instead: a lost seal made every later ack in time.)
+/// It reads the window, never the seal: a seal Redis lost would make every later ack in time
+/// (`an_instance_that_acknowledges_after_a_lost_seal_keeps_its_keys_through_the_switch`, in
+/// `tests/fleet.rs`).
 pub(crate) fn ack() -> Script {
     Script::new(
         r"

@@ -87,7 +87,10 @@ pub struct RedisStats {
     /// 1.2 s").
     pub stale_reason: Option<String>,
     /// Times the view went stale, as seen by a check every heartbeat (a stale period shorter
-    /// than one heartbeat may go uncounted; its let-throughs are counted all the same).
+    /// than one heartbeat may go uncounted; its let-throughs are counted all the same). The
+    /// moments of joining, until this instance's own first heartbeat comes back, count: the
+    /// view is not fresh then, and the policy applies (the log calls it stale only if it
+    /// lasts `stale_after`).
     pub stale_periods: u64,
     /// Would-be rejections let through because the view was stale.
     pub stale_let_through: u64,

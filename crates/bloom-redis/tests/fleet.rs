@@ -433,9 +433,8 @@ async fn one_instance_cut_off_goes_stale_and_recovers() {
 /// arrives. B's link hangs with a heartbeat in it; B creates a key, which it cannot publish;
 /// A goes stale. Then the link delivers B's requests again but not Redis's answers: the held
 /// heartbeat reaches A, while B, still waiting for its `PING` to answer, cannot publish the
-/// key. Counting the heartbeat from its arrival made A fresh without the key, and A answered
-/// "absent" for it up to `stale_after` (the fleet figures test caught it about once in ten
-/// runs, 0.4–1.5 s after the create returned).
+/// key. Counted from its arrival, the heartbeat would make A fresh without the key, and A
+/// would answer "absent" for it for up to `stale_after` after the create returned.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_heartbeat_the_network_held_back_does_not_make_a_view_fresh() {
     let Some(fleet) = Fleet::start(2, "held-heartbeat").await else {
@@ -644,9 +643,9 @@ async fn redis_restored_from_an_old_dump_is_refilled_from_the_source() {
 /// create), is in A's filter only. B reconnects and pulls from the restored Redis in vain;
 /// A's heartbeats, earlier ones and those it sends before it has pushed the key again, must
 /// not make B fresh. The dump holds the same dataset id, so only the server's restart tells.
-/// Without the tags the fleet figures test answered "absent" 469 ms after a create returned,
-/// once in about twenty runs; here B's proxy holds the message, then drops it with B's
-/// connections, so B misses it every time, and A's periodic full pass (the only other thing that would push the key) is 30 s
+/// Without the tags B would be fresh without the key and answer "absent" after the create
+/// returned; here B's proxy holds the message, then drops it with B's connections, so B
+/// misses it every time, and A's periodic full pass (the only other thing that would push the key) is 30 s
 /// away.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_key_redis_lost_is_not_vouched_for_until_its_holder_pushed_it_again() {
@@ -1106,10 +1105,9 @@ async fn a_much_smaller_rebuild_is_refused_and_force_switches() {
         return;
     };
     // A rebuilds twice: this test is about refusing and forcing, not about the lock, so A
-    // holds it for 3 s rather than the fleet's 300 ms. With 300 ms the forced rebuild once
-    // ended in `Err(Fenced)` in CI (not reproduced in nine runs here): no other instance
-    // rebuilds, so the lock expiring during a stall of the VM or of redis-server is the one
-    // way to lose it that this test can meet.
+    // holds it for 3 s rather than the fleet's 300 ms: no other instance rebuilds, so the
+    // lock expiring during a stall of the machine or of redis-server is the one way to lose
+    // it that this test can meet, and a longer TTL keeps that out of its way.
     let a = fleet.join(0, |b| b.lock_ttl(Duration::from_secs(3))).await;
     let b = fleet.join(1, same).await;
     let c = fleet.join(2, same).await;

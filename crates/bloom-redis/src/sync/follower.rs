@@ -1,4 +1,4 @@
-//! One follower per fleet: [`RedisSync::follow`]. One instance at a time holds a lease in
+//! One follower per fleet: [`RedisSync::follow`](crate::RedisSync::follow). One instance at a time holds a lease in
 //! Redis and follows the source's changes ([`Follower`]); its inserts reach the other
 //! instances through Redis as creates do, and the position it has followed to is stored in
 //! Redis, so whoever holds the lease next goes on from there.
@@ -7,7 +7,7 @@
 //!
 //! The stored position `P` means: every key committed before `P` was taken is in Redis. The
 //! holder moves it only after a step's keys are in Redis: it waits for
-//! [`propagated`](RedisSync::propagated) (every insert queued before is written to Redis and
+//! [`propagated`](crate::RedisSync::propagated) (every insert queued before is written to Redis and
 //! published) and then, in one script that checks it still holds the lease, writes the step's
 //! new position. An instance that dies (`kill -9`), stalls (SIGSTOP past the lease) or loses
 //! Redis therefore leaves a position whose keys are all in Redis, and the next holder starts
@@ -33,44 +33,11 @@ use bloom_tower::key_source::{KeySource, Watermark};
 use bloom_tower::shared_filter::{Follow, Follower, MAX_BACKOFF};
 use redis::AsyncCommands as _;
 
-use super::{Inner, RedisSync, lock, random_id};
+use super::inner::{Inner, random_id};
 use crate::scripts;
 
 /// The shortest follow lease: a holder that stalls this long hands over.
 const MIN_LEASE: Duration = Duration::from_secs(3);
-
-impl<K: ?Sized> RedisSync<K> {
-    /// Follows `source`'s changes for the whole fleet: every instance may call it, and one at a
-    /// time (the holder of a lease in Redis) reads the source, so the database sees one
-    /// follower's queries whatever the fleet's size; the keys it inserts reach the other
-    /// instances through Redis as creates do. If the holder dies, another takes over within the
-    /// lease and goes on from the position the holder stored in Redis, missing no commit (the
-    /// argument in `src/sync/follower.rs`). [`leave`](Self::leave) hands the lease over at once. Runs
-    /// until this value is dropped or [`shutdown`](Self::shutdown).
-    ///
-    /// ```no_run
-    /// # async fn example<S>(sync: bloom_redis::RedisSync<i64>, users: S)
-    /// # where S: bloom_tower::KeySource<Key = i64> + Send + Sync + 'static {
-    /// use std::time::Duration;
-    /// use bloom_tower::shared_filter::Follow;
-    ///
-    /// // `users`: e.g. bloom-tower's `ChangeLog` of the users table (feature `sqlx`), with
-    /// // `.wake_on(users.notifications(url))` on PostgreSQL.
-    /// sync.follow(users, Follow::every(Duration::from_millis(250)));
-    /// # }
-    /// ```
-    pub fn follow<S>(&self, source: S, how: Follow)
-    where
-        S: KeySource + Send + Sync + 'static,
-        S::Key: KeyFor<K>,
-        K: 'static,
-    {
-        let inner = Arc::clone(&self.inner);
-        let filter = self.filter.clone();
-        let task = tokio::spawn(async move { inner.follow(filter, source, how).await });
-        lock(&self.tasks).push(task);
-    }
-}
 
 impl Inner {
     fn follow_lease(how: &Follow) -> Duration {
@@ -78,8 +45,12 @@ impl Inner {
     }
 
     /// Tries for the lease until it has it, then follows until it loses it; forever.
-    async fn follow<K, S>(self: Arc<Self>, filter: SharedFilter<K>, source: S, mut how: Follow)
-    where
+    pub(super) async fn follow<K, S>(
+        self: Arc<Self>,
+        filter: SharedFilter<K>,
+        source: S,
+        mut how: Follow,
+    ) where
         K: ?Sized,
         S: KeySource + Send + Sync,
         S::Key: KeyFor<K>,
@@ -204,7 +175,7 @@ impl Inner {
         Ok(kept == 1)
     }
 
-    /// Hands the follow lease over if this instance holds it (on [`RedisSync::leave`]).
+    /// Hands the follow lease over if this instance holds it (on [`RedisSync::leave`](crate::RedisSync::leave)).
     pub(super) async fn release_follow_lease(&self) {
         if !self.following.swap(false, Relaxed) {
             return;

@@ -16,18 +16,23 @@
 //! `allkeys-*` policy: [`tag_of`]), and counts only if that is the data this instance last
 //! reconciled with. A Redis restarted from an old dump or empty, or one that evicted segments,
 //! has lost bits its senders published before, which the instances that missed the messages (in
-//! flight when Redis died) pulled from it in vain; their earlier heartbeats made those
-//! instances fresh without the keys (the fleet figures test answered "absent" 469 ms after a
-//! create returned, once in about twenty runs). Now every instance waits until each other one
-//! has compared every segment with the new data (pushing what it lacked) and says so, then
-//! pulls once more.
+//! flight when Redis died) pull from it in vain; a heartbeat vouching for the earlier data must
+//! not make them fresh without those keys. So every instance waits until each other one has
+//! compared every segment with the new data (pushing what it lacked) and says so, then pulls
+//! once more. Tests: `a_key_redis_lost_is_not_vouched_for_until_its_holder_pushed_it_again`
+//! and `keys_redis_evicted_are_not_vouched_for_until_their_holder_pushed_them_again`
+//! (`tests/fleet.rs`), and the cluster's in `tests/cluster.rs`.
 //!
 //! A heartbeat counts from when it was sent, not from its arrival: a link that hangs, then
 //! delivers what it held, hands over heartbeats sent before inserts their sender could not
-//! publish since. Counted from their arrival, they made the view fresh without those keys
-//! (the fleet figures test answered "absent" 0.4–1.5 s after a create returned). Each
-//! heartbeat carries its sender's clock;
-//! [`Transit`] turns it into ours.
+//! publish since, and counted from their arrival they would vouch for those inserts. Each
+//! heartbeat carries its sender's clock; [`Transit`] turns it into ours. Test:
+//! `a_heartbeat_the_network_held_back_does_not_make_a_view_fresh` (`tests/fleet.rs`).
+//!
+//! Joining is not staleness to an operator: until an instance's own first heartbeat comes
+//! back (and while a pull it owes is under way) its view is not fresh, and the policy applies,
+//! but the watcher logs it at DEBUG, and at WARN only if it lasts `stale_after`. Test:
+//! `a_normal_join_logs_no_stale_warning` (`tests/logs.rs`).
 //!
 //! An instance is known from its first heartbeat until it says it is leaving, or until it
 //! has been silent for `member_timeout` (presumed gone: killed, or cut off for good).
@@ -37,7 +42,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use super::{Inner, lock};
+use super::inner::{Inner, lock};
 #[cfg(feature = "metrics")]
 use crate::names;
 use crate::{RedisSyncBuilder, StalePolicy};
@@ -70,12 +75,30 @@ struct View {
     pull_owed_since: Option<u64>,
     publishing_failed: bool,
     /// Why the view is stale, from the last evaluation.
-    reason: Option<String>,
-    /// When the current stale period began (ms), as the watcher saw it.
-    stale_since: Option<u64>,
+    stale: Option<Stale>,
+    /// Since when (ms) the view has been stale, from the evaluations.
+    stale_from: Option<u64>,
+    /// The stale period the watcher is in.
+    period: Option<Period>,
+    periods: u64,
+}
+
+/// Why the view is stale.
+struct Stale {
+    reason: String,
+    /// Whether it is the normal course of joining (until this instance's own first heartbeat
+    /// comes back) or of a pull under way: logged at DEBUG, and at WARN only once it has
+    /// lasted `stale_after`.
+    expected: bool,
+}
+
+/// A stale period, as the watcher sees it.
+struct Period {
+    since: u64,
+    /// Whether it was logged at WARN (then its end is logged at INFO).
+    warned: bool,
     /// `let_through` when it began, for the summary logged when it ends.
     let_through_at_start: u64,
-    periods: u64,
 }
 
 struct Member {
@@ -324,72 +347,96 @@ impl Freshness {
         self.evaluate(&mut view, now);
     }
 
-    /// Recomputes `fresh_until` and the reason.
+    /// Recomputes `fresh_until`, the reason and since when the view is stale.
     fn evaluate(&self, view: &mut View, now: u64) {
-        let (until, reason) = self.judge(view, now);
+        let (until, stale) = self.judge(view, now);
         self.fresh_until.store(until, Relaxed);
-        view.reason = reason;
+        if now <= until {
+            view.stale_from = None;
+        } else {
+            // Stale since a heartbeat's deadline passed, or since this event.
+            view.stale_from
+                .get_or_insert(if until == 0 { now } else { until });
+        }
+        view.stale = stale;
     }
 
-    fn judge(&self, view: &View, now: u64) -> (u64, Option<String>) {
+    fn judge(&self, view: &View, now: u64) -> (u64, Option<Stale>) {
+        // Joining: its own first heartbeat has not come back yet (it never leaves the members
+        // once heard).
+        let joining = !view.members.contains_key(&self.me);
+        let stale = |reason: String, pulling: bool| {
+            Some(Stale {
+                reason,
+                expected: joining || pulling,
+            })
+        };
         if !view.subscribed {
-            return (0, Some("not subscribed to the channel".into()));
+            return (0, stale("not subscribed to the channel".into(), false));
         }
         if view.pull_owed_since.is_some() {
             return (
                 0,
-                Some("pulling what was published while unsubscribed".into()),
+                stale("pulling what was published while unsubscribed".into(), true),
             );
         }
         if view.publishing_failed {
-            return (0, Some("its own inserts cannot be published".into()));
+            return (
+                0,
+                stale("its own inserts cannot be published".into(), false),
+            );
         }
-        if !view.members.contains_key(&self.me) {
-            return (0, Some("its own heartbeats do not come back".into()));
+        if joining {
+            return (
+                0,
+                stale(
+                    "joining: its own first heartbeat has not come back yet".into(),
+                    false,
+                ),
+            );
         }
         let vouched = self.vouched.load(Relaxed);
         let mut until = u64::MAX;
         let mut reason = None;
         for (&id, member) in &view.members {
             if member.tag.is_some_and(|tag| tag != vouched) {
-                return (
-                    0,
-                    Some(if id == self.me {
-                        "its heartbeats since it reconciled with Redis's current data have not \
-                         come back"
-                            .to_owned()
-                    } else {
-                        format!(
-                            "instance {id:016x} has not reconciled with the Redis data this \
-                             instance last saw (Redis restarted, was restored or evicted keys)"
-                        )
-                    }),
-                );
+                let reason = if id == self.me {
+                    "its heartbeats since it reconciled with Redis's current data have not come \
+                     back"
+                        .to_owned()
+                } else {
+                    format!(
+                        "instance {id:016x} has not reconciled with the Redis data this instance \
+                         last saw (Redis restarted, was restored or evicted keys)"
+                    )
+                };
+                return (0, stale(reason, false));
             }
             if member.pull_owed_since.is_some() {
-                return (
-                    0,
-                    Some(format!(
-                        "pulling the bits instance {id:016x} pushed into Redis instead of \
-                         publishing them"
-                    )),
+                let reason = format!(
+                    "pulling the bits instance {id:016x} pushed into Redis instead of publishing \
+                     them"
                 );
+                return (0, stale(reason, true));
             }
             let deadline = member.last_heartbeat + self.stale_after;
             if deadline < until {
                 until = deadline;
                 if deadline < now {
-                    reason = Some(if id == self.me {
-                        format!(
-                            "its own heartbeats have not come back for {} ms",
-                            now - member.last_heartbeat
-                        )
-                    } else {
-                        format!(
-                            "no heartbeat from instance {id:016x} for {} ms",
-                            now - member.last_heartbeat
-                        )
-                    });
+                    reason = stale(
+                        if id == self.me {
+                            format!(
+                                "its own heartbeats have not come back for {} ms",
+                                now - member.last_heartbeat
+                            )
+                        } else {
+                            format!(
+                                "no heartbeat from instance {id:016x} for {} ms",
+                                now - member.last_heartbeat
+                            )
+                        },
+                        false,
+                    );
                 }
             }
         }
@@ -398,9 +445,16 @@ impl Freshness {
 
     /// Forgets instances silent for `member_timeout`, and logs and reports the transitions
     /// between fresh and stale. Called every heartbeat.
+    ///
+    /// A stale period that is the normal course of joining (until its own first heartbeat
+    /// comes back) or of a pull under way is logged at DEBUG, and at WARN only once it has
+    /// lasted `stale_after`; any other at WARN when it begins, and its end at INFO. The
+    /// policy, the `stale` gauge and the counters do not tell them apart: while the view is
+    /// not fresh, would-be rejections go to the policy however normal the cause.
     fn watch(&self) {
         let now = self.now();
-        let mut view = lock(&self.view);
+        let mut guard = lock(&self.view);
+        let view = &mut *guard;
         let me = self.me;
         let timeout = self.member_timeout;
         let prefix = &self.prefix;
@@ -411,25 +465,45 @@ impl Freshness {
             }
             !gone
         });
-        self.evaluate(&mut view, now);
+        self.evaluate(view, now);
         let fresh = now <= self.fresh_until.load(Relaxed);
         let let_through = self.let_through.load(Relaxed);
-        match (fresh, view.stale_since) {
-            (false, None) => {
-                let since = self.fresh_until.load(Relaxed).clamp(1, now);
-                view.stale_since = Some(since);
-                view.let_through_at_start = let_through;
+        if fresh {
+            if let Some(period) = view.period.take() {
+                let stale_ms = now - period.since;
+                let let_through = let_through - period.let_through_at_start;
+                if period.warned {
+                    tracing::info!(prefix = %self.prefix, stale_ms, let_through, "the view of the shared filter is fresh again");
+                } else {
+                    tracing::debug!(prefix = %self.prefix, stale_ms, let_through, "the view of the shared filter is fresh");
+                }
+            }
+        } else {
+            let reason = view
+                .stale
+                .as_ref()
+                .map_or("", |stale| stale.reason.as_str());
+            let expected = view.stale.as_ref().is_some_and(|stale| stale.expected);
+            let period = view.period.get_or_insert_with(|| {
                 view.periods += 1;
-                tracing::warn!(prefix = %self.prefix, reason = view.reason.as_deref().unwrap_or(""), policy = ?self.policy, "the view of the shared filter is stale: it may miss keys created on other instances");
+                if expected {
+                    tracing::debug!(prefix = %self.prefix, reason, "the view of the shared filter is not fresh yet (joining, or a pull under way)");
+                }
+                Period {
+                    since: view.stale_from.unwrap_or(now).min(now),
+                    warned: false,
+                    let_through_at_start: let_through,
+                }
+            });
+            let stale_ms = now - period.since;
+            if !period.warned && (!expected || stale_ms > self.stale_after) {
+                period.warned = true;
+                tracing::warn!(prefix = %self.prefix, reason, stale_ms, policy = ?self.policy, "the view of the shared filter is stale: it may miss keys created on other instances");
             }
-            (true, Some(since)) => {
-                view.stale_since = None;
-                tracing::info!(prefix = %self.prefix, stale_ms = now - since, let_through = let_through - view.let_through_at_start, "the view of the shared filter is fresh again");
-            }
-            _ => {}
         }
         #[cfg(feature = "metrics")]
         {
+            // 1 while the view is not fresh, joining included: the policy applies then.
             metrics::gauge!(names::STALE, "prefix" => self.prefix.clone()).set(if fresh {
                 0.0
             } else {
@@ -444,15 +518,21 @@ impl Freshness {
         let now = self.now();
         let view = lock(&self.view);
         let fresh = now <= self.fresh_until.load(Relaxed);
-        let (until, reason) = self.judge(&view, now);
+        let (until, stale) = self.judge(&view, now);
         let stale_for = (!fresh).then(|| {
-            let since = view.stale_since.unwrap_or(until.clamp(1, now));
+            let since = view
+                .stale_from
+                .unwrap_or(if until == 0 { now } else { until.min(now) });
             Duration::from_millis(now.saturating_sub(since))
         });
         Report {
             fresh,
             stale_for,
-            reason: if fresh { None } else { reason },
+            reason: if fresh {
+                None
+            } else {
+                stale.map(|stale| stale.reason)
+            },
             periods: view.periods,
             let_through: self.let_through.load(Relaxed),
             rejected: self.rejected.load(Relaxed),
@@ -484,7 +564,9 @@ impl Inner {
 
 #[cfg(test)]
 mod tests {
-    use super::{Freshness, TRANSIT_WINDOW_HALF_MS, Transit, tag_of};
+    use std::time::Duration;
+
+    use super::{Freshness, TRANSIT_WINDOW_HALF_MS, Transit, lock, tag_of};
     use crate::RedisSyncBuilder;
 
     const ME: u64 = 0xa1;
@@ -634,5 +716,70 @@ mod tests {
         assert_eq!(transit.sent_at(u64::MAX / 2, 7), 7);
         // A faster trip than the first one's sets the new yardstick: counted at arrival.
         assert_eq!(transit.sent_at(u64::MAX / 2 + 10, 12), 12);
+    }
+
+    /// The stale bound of [`joining`]'s instances.
+    const STALE_AFTER: Duration = Duration::from_millis(60);
+
+    /// An instance that joined: subscribed, reconciled with `data` and pulled, its own first
+    /// heartbeat not back yet; stale after [`STALE_AFTER`].
+    fn joining(data: &str) -> Freshness {
+        let cfg = RedisSyncBuilder::new("redis://127.0.0.1:1")
+            .heartbeat(Duration::from_millis(5))
+            .stale_after(STALE_AFTER);
+        let freshness = Freshness::new(&cfg, ME, "t");
+        freshness.subscribed();
+        freshness.reconciled_with(data);
+        pull(&freshness);
+        freshness
+    }
+
+    /// Whether the watcher logged the stale period it is in at WARN (`None`: fresh).
+    fn warned(freshness: &Freshness) -> Option<bool> {
+        freshness.watch();
+        lock(&freshness.view).period.as_ref().map(|p| p.warned)
+    }
+
+    #[test]
+    fn joining_is_warned_about_only_once_it_lasts_stale_after() {
+        let freshness = joining("dataset/run-1");
+        assert_eq!(
+            warned(&freshness),
+            Some(false),
+            "joining: not fresh, no warning"
+        );
+        let report = freshness.report();
+        assert!(!report.fresh && report.stale_for.is_some());
+        assert!(report.reason.unwrap_or_default().contains("joining"));
+        std::thread::sleep(STALE_AFTER + Duration::from_millis(20));
+        assert_eq!(
+            warned(&freshness),
+            Some(true),
+            "still joining after stale_after"
+        );
+        beat(&freshness, ME, "dataset/run-1");
+        assert_eq!(warned(&freshness), None);
+        assert!(freshness.is_fresh());
+        assert_eq!(freshness.report().periods, 1);
+    }
+
+    #[test]
+    fn a_pull_under_way_is_not_warned_about_and_silence_is_at_once() {
+        let freshness = joining("dataset/run-1");
+        beat(&freshness, ME, "dataset/run-1");
+        assert_eq!(warned(&freshness), None, "its first heartbeat came back");
+        // A newcomer is heard: pull from it first.
+        assert!(beat(&freshness, OTHER, "dataset/run-1"));
+        assert_eq!(warned(&freshness), Some(false), "a pull under way");
+        pull(&freshness);
+        assert_eq!(warned(&freshness), None);
+        // Then every heartbeat stops: stale once `stale_after` has passed, and warned at once.
+        std::thread::sleep(STALE_AFTER + Duration::from_millis(20));
+        assert_eq!(warned(&freshness), Some(true));
+        let reason = freshness.report().reason.unwrap_or_default();
+        assert!(
+            reason.contains("no heartbeat from") || reason.contains("have not come back for"),
+            "{reason}"
+        );
     }
 }

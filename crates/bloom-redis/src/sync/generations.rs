@@ -12,11 +12,31 @@ use std::sync::atomic::Ordering::Relaxed;
 use bloom_core::BloomFilter;
 use bloom_tower::shared_filter::{Building, CurrentFilter};
 
+use super::inner::{Inner, lock};
 use super::segments::Pass;
-use super::{Inner, lock};
 use crate::Error;
 use crate::scripts::{self, Ack};
 
+/// The generation the local serving filter holds, and the one being built.
+#[derive(Default)]
+pub(super) struct State {
+    /// The generation the local serving filter holds (0 until the first pass adopts Redis's).
+    pub(super) generation: u64,
+    /// The generation being rebuilt, double-written locally.
+    pub(super) building: Option<Build>,
+}
+
+impl State {
+    /// The serving generation, and the one being built.
+    pub(super) fn generations(&self) -> (u64, Option<u64>) {
+        (
+            self.generation,
+            self.building.as_ref().map(|b| b.generation),
+        )
+    }
+}
+
+/// A generation being built: its local filter, double-written.
 pub(super) struct Build {
     pub(super) generation: u64,
     pub(super) handle: Building,
@@ -123,9 +143,10 @@ impl Inner {
                 .filter(|b| generation == state.generation && b.generation != generation)
                 .map(|b| (b.generation, b.handle.handle()))
         };
-        if let Some((building_generation, building)) = &building
-            && let Some(building) = building.as_plain()
-        {
+        let building = building
+            .as_ref()
+            .and_then(|(generation, handle)| Some((generation, handle.as_plain()?)));
+        if let Some((building_generation, building)) = building {
             let new: Vec<u64> = filter
                 .words_in(first..first + pulled.len())
                 .zip(pulled)
@@ -234,7 +255,7 @@ impl Inner {
                 let current = self.filter.current();
                 let current = current.as_plain().ok_or(Error::ShapeChanged)?;
                 next.union(current).map_err(|_| Error::ShapeChanged)?;
-                self.full_pass_owed.store(true, Relaxed);
+                self.reconciliation.owe_full_pass();
             }
             let carried = !build.in_time;
             build.handle.finish();

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use bloom_core::BloomFilter;
 use tokio::sync::{Notify, watch};
 
-use super::{Inner, lock};
+use super::inner::{Inner, lock};
 use crate::Error;
 #[cfg(feature = "metrics")]
 use crate::names;
@@ -148,8 +148,8 @@ impl Inner {
             queue.numbered += 1;
             let number = queue.numbered;
             let batch = &mut queue.batch;
-            let building = state.building.as_ref().map(|b| b.generation);
-            for generation in std::iter::once(state.generation).chain(building) {
+            let (serving, building) = state.generations();
+            for generation in std::iter::once(serving).chain(building) {
                 batch
                     .bits
                     .entry(generation)
@@ -194,10 +194,11 @@ impl Inner {
             {
                 continue;
             }
-            // After a failure, a PING first: a write that timed out against a hung Redis
-            // stays in its socket buffer, and resending the whole batch every time would
-            // pile copies up for when it wakes (measured: 3 s of stale retries after a 60 s
-            // SIGSTOP before the fresh writes ran).
+            // After a failure, a PING first, and the batch only once Redis answers it: a
+            // write that timed out against a hung Redis stays in its socket buffer, and
+            // resending the whole batch at every retry would queue copies that Redis runs,
+            // all of them, before any fresh write when it wakes. (How long a fleet takes to
+            // converge after a hang: `writers_and_readers_through_every_fault`, `tests/fleet.rs`.)
             let result = if retrying {
                 match self.ping().await {
                     Ok(()) => self.publish_batch(&mut batch, heartbeat).await,
@@ -230,7 +231,7 @@ impl Inner {
                     tracing::debug!(prefix = %self.prefix, %error, "could not publish; retrying, and reconciliation will push");
                     self.freshness.publishing(false);
                     self.set_connected(false);
-                    self.wake_reconcile.notify_one();
+                    self.reconciliation.wake();
                     if batch.len > MAX_QUEUED_BITS {
                         // The bits are in the local filter: their segments are marked dirty,
                         // the next reconciliation pushes them, after which heartbeats resume

@@ -3,18 +3,46 @@
 //! and the building marker are refreshed throughout, so a source of any length rebuilds.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use bloom_tower::key_source::KeySource;
 
+use super::inner::{Inner, lock, now_ms, random_id};
 use super::segments::Pass;
-use super::{Inner, lock, now_ms};
 use crate::protocol::{self, Kind};
 use crate::scripts::{self, Lock};
 use crate::{Error, Rebuilt, ReconcileReport};
 
 impl Inner {
+    /// See [`RedisSync::rebuild_every`](super::RedisSync::rebuild_every): a refill check
+    /// first, then a rebuild every `interval` (plus jitter), forever.
+    pub(super) async fn rebuild_every<S: KeySource>(
+        self: Arc<Self>,
+        interval: Duration,
+        source: S,
+    ) {
+        if let Err(error) = self.refill_if_lost(&source).await {
+            tracing::warn!(prefix = %self.prefix, %error, "could not check the shared filter against the source");
+        }
+        loop {
+            // Jitter so that instances started together do not all race for the lock.
+            let jitter = Duration::from_millis(random_id() % 1000);
+            tokio::time::sleep(interval + jitter).await;
+            match self.rebuild(&source, false).await {
+                Ok(outcome) => {
+                    tracing::debug!(prefix = %self.prefix, ?outcome, "scheduled rebuild")
+                }
+                Err(error) => tracing::warn!(
+                    prefix = %self.prefix,
+                    %error,
+                    "scheduled rebuild failed; the previous generation keeps serving"
+                ),
+            }
+        }
+    }
+
     pub(super) async fn rebuild<S: KeySource + ?Sized>(
         &self,
         source: &S,
@@ -158,6 +186,7 @@ impl Inner {
             tracing::warn!(prefix = %self.prefix, old, %error, "could not set the old generation to expire");
         }
         self.switch_to(generation).await?;
+        self.mark_filled().await;
         self.counters.rebuilds.fetch_add(1, Relaxed);
         tracing::info!(prefix = %self.prefix, generation, keys = read, "rebuilt and published a new generation");
         Ok(Rebuilt::Rebuilt {

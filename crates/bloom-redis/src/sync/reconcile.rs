@@ -2,15 +2,22 @@
 //! resubscription or an announcement), merge every local generation with Redis in both
 //! directions — the segments that moved or were dirtied, or, in a full pass, every segment
 //! whose digest differs ([`segments`](super::segments)); and the refill after Redis lost data.
+//!
+//! A refill tells a loss from a new fleet by a mark the fleet writes in Redis once the shared
+//! filter holds the source's keys ([`Inner::mark_filled`]; the rule is in
+//! [`RedisSync::refill_if_lost`](super::RedisSync::refill_if_lost)'s docs). Tests:
+//! `a_new_fleet_seeds_the_shared_filter_without_a_warning` and
+//! `redis_losing_its_data_under_a_running_fleet_is_logged_as_a_loss` (`tests/logs.rs`).
 
-use std::sync::Arc;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bloom_tower::key_source::KeySource;
+use tokio::sync::Notify;
 
+use super::inner::{Inner, lock, now_ms, random_id};
 use super::segments::Pass;
-use super::{Inner, lock, now_ms};
 #[cfg(feature = "metrics")]
 use crate::names;
 use crate::protocol::Shape;
@@ -20,6 +27,64 @@ use crate::{Error, Rebuilt, ReconcileReport};
 /// How many times per `full_pass_every` a pass may compare every segment because Redis
 /// evicted keys (see [`Inner::may_compare_evictions`]).
 const EVICTION_COMPARES_PER_FULL_PASS: u32 = 6;
+
+/// Reconciliation's own state: when the next pass runs, what it compares, and what the
+/// passes reported.
+#[derive(Default)]
+pub(super) struct Reconciliation {
+    /// Wakes the reconciler for a pass now.
+    wake: Notify,
+    /// Set after a reconnection, a resubscription or a carry-over: the next settled pass
+    /// compares every segment's digest.
+    full_pass_owed: AtomicBool,
+    last_full_pass: Mutex<Option<Instant>>,
+    /// Redis's dataset id as last seen (see `scripts::Joined::incarnation`).
+    incarnation: Mutex<Option<String>>,
+    /// When a pass last compared segments because Redis evicted keys, and whether the pass
+    /// running now does (see [`Inner::may_compare_evictions`]).
+    last_eviction_compare: Mutex<Option<Instant>>,
+    eviction_compared: AtomicBool,
+    /// Whether the Redis data the last pass reconciled with carries the fleet's mark that the
+    /// shared filter was filled from the source (see [`Inner::mark_filled`]).
+    filled: AtomicBool,
+    /// Whether this instance holds every bit of a shared filter that carried the mark: it
+    /// finished a pass against marked data, or filled it itself. Such an instance puts the
+    /// mark back on data that lost it once a full pass pushed its bits there.
+    holds_filled: AtomicBool,
+    last: Mutex<Option<ReconcileReport>>,
+    /// The first pass's report.
+    joined: Mutex<Option<ReconcileReport>>,
+}
+
+/// The passes' reports, for [`RedisSync::stats`](super::RedisSync::stats).
+pub(super) struct Passes {
+    pub(super) last: Option<ReconcileReport>,
+    pub(super) joined: Option<ReconcileReport>,
+}
+
+impl Reconciliation {
+    /// Asks for a pass now.
+    pub(super) fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// The next settled pass compares every segment's digest.
+    pub(super) fn owe_full_pass(&self) {
+        self.full_pass_owed.store(true, Relaxed);
+    }
+
+    /// Records the pass that joined.
+    pub(super) fn joined(&self, report: ReconcileReport) {
+        *lock(&self.joined) = Some(report);
+    }
+
+    pub(super) fn report(&self) -> Passes {
+        Passes {
+            last: *lock(&self.last),
+            joined: *lock(&self.joined),
+        }
+    }
+}
 
 /// What started a pass.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,16 +103,16 @@ impl Inner {
     /// unreachable.
     pub(super) async fn reconciler(self: Arc<Self>) {
         loop {
-            let wait = if self.connected.load(Relaxed) {
+            let wait = if self.connected() {
                 self.cfg.reconcile_every
             } else {
                 self.cfg.reconcile_every.min(Duration::from_secs(1))
             };
             let woken = tokio::select! {
                 () = tokio::time::sleep(wait) => false,
-                () = self.wake_reconcile.notified() => true,
+                () = self.reconciliation.wake.notified() => true,
             };
-            if self.full_pass_owed.load(Relaxed) {
+            if self.reconciliation.full_pass_owed.load(Relaxed) {
                 // After a disconnection or a resubscription (woken, or the periodic retry
                 // that finds Redis back): let this instance's queued bits go out first — a
                 // pass started now would push, and the others pull, what pub/sub is about
@@ -60,11 +125,21 @@ impl Inner {
             } else {
                 Trigger::Periodic
             };
-            match self.reconcile(trigger).await {
-                Ok(report) => self.reconciled(report),
-                Err(error) => self.reconcile_failed(&error),
-            }
+            let _ = self.reconcile_recorded(trigger).await;
         }
+    }
+
+    /// A pass, its outcome counted and reported (the connection state, the metrics).
+    pub(super) async fn reconcile_recorded(
+        &self,
+        trigger: Trigger,
+    ) -> Result<ReconcileReport, Error> {
+        let result = self.reconcile(trigger).await;
+        match &result {
+            Ok(report) => self.reconciled(*report),
+            Err(error) => self.reconcile_failed(error),
+        }
+        result
     }
 
     /// Whether this pass may compare segments because Redis evicted keys: at most
@@ -74,7 +149,7 @@ impl Inner {
     /// an instance compares, it vouches for the data it last compared, and the fleet is stale.
     pub(super) fn may_compare_evictions(&self) -> bool {
         // Set only when a pass ends, so the same answer for every group of one pass.
-        lock(&self.last_eviction_compare).is_none_or(|last| {
+        lock(&self.reconciliation.last_eviction_compare).is_none_or(|last| {
             last.elapsed() >= self.cfg.full_pass_every / EVICTION_COMPARES_PER_FULL_PASS
         })
     }
@@ -82,7 +157,7 @@ impl Inner {
     /// This pass compares segments because Redis evicted keys: once it succeeds, the next
     /// such comparison waits.
     pub(super) fn compared_evictions(&self) {
-        self.eviction_compared.store(true, Relaxed);
+        self.reconciliation.eviction_compared.store(true, Relaxed);
     }
 
     pub(super) fn reconciled(&self, report: ReconcileReport) {
@@ -102,7 +177,7 @@ impl Inner {
             metrics::gauge!(names::GENERATION, "prefix" => self.prefix.clone())
                 .set(self.generation() as f64);
         }
-        *lock(&self.last_reconcile) = Some(report);
+        *lock(&self.reconciliation.last) = Some(report);
         self.set_connected(true);
     }
 
@@ -122,40 +197,41 @@ impl Inner {
     /// when one is owed or due, otherwise the segments whose versions moved. A pass `woken`
     /// by an event, or the first after a reconnection, leaves an owed full pass to the next
     /// periodic one: right after a reconnection every instance is flushing its queue, and
-    /// digests taken then differ on every segment those writes touch (measured: 365 MiB
-    /// pulled by three instances after an outage). Bits dropped from this instance's queue
-    /// are in its dirty segments, pushed by any pass.
+    /// digests taken then differ on every segment those writes touch, which every instance
+    /// would pull (the traffic after an outage: `benches/redis_traffic.rs`). Bits dropped
+    /// from this instance's queue are in its dirty segments, pushed by any pass.
     pub(super) async fn reconcile(&self, trigger: Trigger) -> Result<ReconcileReport, Error> {
+        let own = &self.reconciliation;
         let _transition = self.transition.lock().await;
         let started = Instant::now();
-        self.eviction_compared.store(false, Relaxed);
+        own.eviction_compared.store(false, Relaxed);
         // Read before anything is pulled: what was owed before this instant is paid by
         // this pass, what comes later is not.
         let pull_started = self.freshness.pull_started();
         let (push_owed, push_covers) = self.outbox.push_owed();
         // An owed full pass waits for a periodic pass that starts while connected: the first
         // pass after a reconnection runs while every instance flushes its queue.
-        let settled = trigger == Trigger::Periodic && self.connected.load(Relaxed);
+        let settled = trigger == Trigger::Periodic && self.connected();
         let full = trigger == Trigger::Full
-            || (settled && self.full_pass_owed.swap(false, Relaxed))
-            || match *lock(&self.last_full_pass) {
+            || (settled && own.full_pass_owed.swap(false, Relaxed))
+            || match *lock(&own.last_full_pass) {
                 None => true, // joining
                 Some(last) => settled && last.elapsed() >= self.cfg.full_pass_every,
             };
         let result = self.reconcile_pass(full).await;
-        if result.is_ok() && self.eviction_compared.load(Relaxed) {
-            *lock(&self.last_eviction_compare) = Some(started);
+        if result.is_ok() && own.eviction_compared.load(Relaxed) {
+            *lock(&own.last_eviction_compare) = Some(started);
         }
         match &result {
-            Ok(_) if full => *lock(&self.last_full_pass) = Some(started),
+            Ok(_) if full => *lock(&own.last_full_pass) = Some(started),
             Ok(_) => {}
-            Err(_) if full => self.full_pass_owed.store(true, Relaxed),
+            Err(_) if full => own.owe_full_pass(),
             Err(_) => {}
         }
         let mut report = result?;
         // Every bit held here is now in this Redis data too (a first pass against it
         // compared every segment): our heartbeats may vouch for it.
-        if let Some(incarnation) = lock(&self.incarnation).clone() {
+        if let Some(incarnation) = lock(&own.incarnation).clone() {
             // On a cluster, also every node the groups were read from (none on one Redis).
             let nodes = self.ledger.nodes();
             self.freshness
@@ -194,7 +270,7 @@ impl Inner {
             .arg(self.shape.seed_hex())
             .arg(local)
             .arg(scripts::FORMAT)
-            .arg(format!("{:016x}", super::random_id()))
+            .arg(format!("{:016x}", random_id()))
             .arg(self.cfg.segment_bytes)
             .invoke_async(&mut conn)
             .await?;
@@ -237,7 +313,7 @@ impl Inner {
         // does an eviction on a server that may evict the filter's keys.
         let (incarnation, replaced) = {
             let current = format!("{}/{}", joined.incarnation, joined.server);
-            let seen = lock(&self.incarnation).clone();
+            let seen = lock(&self.reconciliation.incarnation).clone();
             match seen {
                 Some(seen) if seen == current => (current, false),
                 Some(seen) if scripts::same_process(&seen, &current) => {
@@ -256,7 +332,7 @@ impl Inner {
                     }
                 }
                 Some(_) => {
-                    tracing::warn!(prefix = %self.prefix, "Redis restarted or its data was replaced: comparing every segment");
+                    tracing::warn!(prefix = %self.prefix, "Redis restarted or its data was replaced, and may have lost bits: comparing every segment, pushing back what it lacks");
                     (current, true)
                 }
                 None => {
@@ -296,10 +372,8 @@ impl Inner {
             ..ReconcileReport::default()
         };
         let generations: Vec<u64> = {
-            let state = lock(&self.state);
-            std::iter::once(state.generation)
-                .chain(state.building.as_ref().map(|b| b.generation))
-                .collect()
+            let (serving, building) = lock(&self.state).generations();
+            std::iter::once(serving).chain(building).collect()
         };
         self.ledger.retain(&generations);
         let pass = if full { Pass::Digests } else { Pass::Changed };
@@ -309,8 +383,41 @@ impl Inner {
         }
         // Only now: a pass that failed before comparing every segment with this data leaves
         // the next one to find it replaced, and to compare them all.
-        *lock(&self.incarnation) = Some(incarnation);
+        *lock(&self.reconciliation.incarnation) = Some(incarnation);
+        let own = &self.reconciliation;
+        if joined.filled {
+            own.filled.store(true, Relaxed);
+            own.holds_filled.store(true, Relaxed);
+        } else if full && own.holds_filled.load(Relaxed) {
+            // Data that lost the mark (restarted empty, or from a dump older than it) now
+            // holds every bit of a filled filter: this pass pushed them.
+            self.mark_filled().await;
+        } else {
+            own.filled.store(false, Relaxed);
+        }
         Ok(report)
+    }
+
+    /// Marks the shared filter in Redis as filled from the source (a field of the config):
+    /// after a rebuild, after [`refill_if_lost`](Self::refill_if_lost) found nothing missing,
+    /// and by an instance that holds a filled filter once it pushed it into data that lost
+    /// the mark. Best effort: the mark only tells a loss from a new fleet in the logs.
+    pub(super) async fn mark_filled(&self) {
+        let marked = redis::cmd("HSET")
+            .arg(self.keys.config())
+            .arg(scripts::FILLED)
+            .arg(1)
+            .query_async::<()>(&mut self.conn.clone())
+            .await;
+        match marked {
+            Ok(()) => {
+                self.reconciliation.filled.store(true, Relaxed);
+                self.reconciliation.holds_filled.store(true, Relaxed);
+            }
+            Err(error) => {
+                tracing::debug!(prefix = %self.prefix, %error, "could not mark the shared filter as filled")
+            }
+        }
     }
 
     /// See [`RedisSync::refill_if_lost`](super::RedisSync::refill_if_lost).
@@ -326,11 +433,24 @@ impl Inner {
         let report = self.reconcile(Trigger::Periodic).await?;
         self.reconciled(report);
         let held = self.filter.current().estimated_items();
+        let filled = self.reconciliation.filled.load(Relaxed);
         if held >= expected as f64 * self.cfg.refill_below {
+            if !filled {
+                self.mark_filled().await;
+            }
             return Ok(None);
         }
-        tracing::warn!(prefix = %self.prefix, held = held.round() as u64, expected, "the shared filter holds clearly fewer keys than the source: Redis lost data; rebuilding");
+        let held = held.round() as u64;
+        if filled {
+            tracing::warn!(prefix = %self.prefix, held, expected, "the shared filter holds clearly fewer keys than the source: Redis lost data; rebuilding");
+        } else {
+            tracing::info!(prefix = %self.prefix, held, expected, "no shared filter in Redis yet (none was filled from the source under this prefix): seeding it from the source");
+        }
         self.counters.refills.fetch_add(1, Relaxed);
-        self.rebuild(source, false).await.map(Some)
+        let outcome = self.rebuild(source, false).await?;
+        if outcome == Rebuilt::Skipped {
+            tracing::info!(prefix = %self.prefix, "another instance is rebuilding the shared filter: this instance switches to its generation when it is published");
+        }
+        Ok(Some(outcome))
     }
 }

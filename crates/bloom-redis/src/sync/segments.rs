@@ -26,14 +26,15 @@ use std::sync::Mutex;
 use bloom_core::BloomFilter;
 use futures_util::{StreamExt, TryStreamExt};
 
-use super::{Inner, lock};
+use super::inner::{Inner, lock};
 use crate::conn::Conn;
 use crate::protocol::{self, SEGMENTS_PER_GROUP, group_of};
 use crate::scripts::{self, Written};
 use crate::{Error, ReconcileReport};
 
 /// How much one digest script hashes at most, so that a full pass never blocks Redis for
-/// long: Redis hashes about 330 MB/s (`benches/redis_traffic.rs`), so ~3 ms per call.
+/// long: one call costs Redis a few milliseconds at its hashing rate (the CPU a full pass
+/// costs redis-server is measured by `benches/redis_traffic.rs`).
 const DIGEST_BYTES_PER_CALL: u64 = 1 << 20;
 
 /// Groups worked on at once (each is one request; on a cluster, to its own shard).

@@ -7,21 +7,21 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 
-use super::Inner;
+use super::inner::Inner;
 use crate::protocol::{self, BitsMessage, Kind};
 
 impl Inner {
-    /// Receives the channel; reconnects forever. A subscription that stays silent for twice
+    /// Receives the channel through `client` (on a cluster: a connection to the node named by
+    /// the URL; a message published on any node reaches it); reconnects forever. A subscription that stays silent for twice
     /// `stale_after` (not even our own heartbeats come back) is dropped and made again: a
     /// connection to a hung or partitioned Redis may never report an error.
-    pub(super) async fn subscriber(self: Arc<Self>) {
+    pub(super) async fn subscriber(self: Arc<Self>, client: redis::Client) {
         let channel = self.keys.channel();
         let silence = self.cfg.stale_after * 2;
         let mut first = true;
         loop {
             let connected =
-                tokio::time::timeout(self.cfg.response_timeout, self.client.get_async_pubsub())
-                    .await;
+                tokio::time::timeout(self.cfg.response_timeout, client.get_async_pubsub()).await;
             match connected {
                 Ok(Ok(mut pubsub)) => {
                     let subscribed =
@@ -32,10 +32,10 @@ impl Inner {
                         // resubscription, by a full pass: the gap's writes may include ones
                         // whose version bump was lost with a connection).
                         if !std::mem::take(&mut first) {
-                            self.full_pass_owed.store(true, Relaxed);
+                            self.reconciliation.owe_full_pass();
                         }
                         self.freshness.subscribed();
-                        self.wake_reconcile.notify_one();
+                        self.reconciliation.wake();
                         let mut messages = pubsub.on_message();
                         while let Ok(Some(message)) =
                             tokio::time::timeout(silence, messages.next()).await
@@ -45,7 +45,7 @@ impl Inner {
                         tracing::debug!(prefix = %self.prefix, "the subscription ended or went silent; subscribing again");
                     }
                     self.freshness.unsubscribed();
-                    self.wake_reconcile.notify_one();
+                    self.reconciliation.wake();
                 }
                 Ok(Err(error)) => {
                     tracing::debug!(prefix = %self.prefix, %error, "pub/sub connection failed");
@@ -71,7 +71,7 @@ impl Inner {
                 let sent = message.words.get(1).copied();
                 let tag = message.words.get(2).copied();
                 if self.freshness.heartbeat(message.sender, epoch, sent, tag) {
-                    self.wake_reconcile.notify_one();
+                    self.reconciliation.wake();
                 }
             }
             _ if mine => {}
@@ -87,7 +87,7 @@ impl Inner {
                         .advance(message.generation, &bits.groups, &bits.segments);
                 } else {
                     // A generation we do not know yet: find out now.
-                    self.wake_reconcile.notify_one();
+                    self.reconciliation.wake();
                 }
             }
             Kind::Committed => {
@@ -96,7 +96,7 @@ impl Inner {
                 }
             }
             Kind::Leaving => self.freshness.leaving(message.sender),
-            Kind::Building | Kind::Switched => self.wake_reconcile.notify_one(),
+            Kind::Building | Kind::Switched => self.reconciliation.wake(),
         }
     }
 }
