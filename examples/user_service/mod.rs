@@ -393,7 +393,7 @@ impl App {
                 task.shutdown().await;
             }
             if let Some(sync) = &guarded.redis {
-                // Tell the other instances, so they do not wait for this one's heartbeats.
+                // Tell the other instances, so they do not wait for this one's marks.
                 sync.leave().await;
             }
             let path = self.inner.config.snapshot_path();

@@ -88,7 +88,7 @@ impl RedisSyncBuilder {
             lock_ttl: Duration::from_secs(30),
             ack_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(2),
-            heartbeat: Duration::from_millis(100),
+            heartbeat: Duration::from_millis(250),
             stale_after: Duration::from_secs(1),
             member_timeout: Duration::from_secs(30),
             on_stale: StalePolicy::LetThrough,
@@ -99,9 +99,12 @@ impl RedisSyncBuilder {
         }
     }
 
-    /// How often every instance publishes a heartbeat (default 100 ms). A heartbeat follows
-    /// every insert the instance published before it, so receiving one proves the receiver
-    /// has those inserts.
+    /// How often an idle instance runs a mark round (default 250 ms; also after every
+    /// published batch): it renews its mark, the time before which every insert it made was
+    /// published, and reads the oldest mark in the fleet (see `sync::freshness`). Keep it
+    /// well under [`stale_after`](Self::stale_after) (a quarter of it, by default): a view
+    /// stays fresh only while every mark is younger than that. A round costs the same
+    /// whatever the fleet's size.
     ///
     /// ```
     /// # use std::time::Duration;
@@ -115,7 +118,7 @@ impl RedisSyncBuilder {
         self
     }
 
-    /// How long without a heartbeat from some instance (itself included) before this
+    /// How old the oldest mark in the fleet (this instance's included) may be before this
     /// instance's view counts as stale (default 1 s): the bound on how long a key created
     /// elsewhere can be answered "absent" here while pub/sub is stalled.
     ///
@@ -132,8 +135,9 @@ impl RedisSyncBuilder {
         self
     }
 
-    /// How long an instance that stopped sending heartbeats without saying goodbye (killed, or
-    /// cut off from Redis) is waited for before it is presumed gone (default 30 s). Keys it
+    /// How long an instance that stopped marking without saying goodbye (killed, or cut off
+    /// from Redis) is waited for before it is presumed gone (default 30 s): the first mark
+    /// round that finds its mark that old removes it from the roster. Keys it
     /// created while cut off are answered "absent" by the others after that, until it
     /// reconnects (its reconciliation pushes them) or the next rebuild.
     ///

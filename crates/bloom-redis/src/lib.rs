@@ -38,7 +38,7 @@ pub mod names {
     pub const RECONCILE_BYTES: &str = "bloom_redis_reconcile_bytes_total";
     /// Gauge: 1 while this instance's view may be missing other instances' inserts (see
     /// [`StalePolicy`](crate::StalePolicy)), 0 while it is fresh. Also 1 for the moments
-    /// of a join, until the instance's own first heartbeat comes back: the policy applies
+    /// of a join, until the instance's first mark round comes back: the policy applies
     /// then too (alert on it lasting, not on it being set).
     pub const STALE: &str = "bloom_redis_stale";
     /// Counter: would-be rejections let through because the view was stale.
@@ -47,7 +47,7 @@ pub mod names {
     pub const STALE_REJECTED: &str = "bloom_redis_stale_rejected_total";
     /// Counter: [`RedisSync::propagated`](crate::RedisSync::propagated) calls that timed out.
     pub const NOT_PROPAGATED: &str = "bloom_redis_not_propagated_total";
-    /// Gauge: instances whose heartbeats this one waits for (itself included).
+    /// Gauge: instances whose marks this one's view was last judged on (itself included).
     pub const INSTANCES: &str = "bloom_redis_instances";
     /// Histogram: seconds from an insert being queued until its batch is in Redis and
     /// published; one sample per published batch, from its oldest insert.
@@ -105,7 +105,7 @@ pub mod names {
         describe_gauge!(
             INSTANCES,
             Unit::Count,
-            "Instances whose heartbeats this one waits for, itself included."
+            "Instances whose marks this view was last judged on, itself included."
         );
         describe_histogram!(
             PUBLISH_LATENCY,

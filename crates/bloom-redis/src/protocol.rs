@@ -125,7 +125,8 @@ impl Keys {
     pub(crate) fn fence(&self) -> String {
         format!("{}:fence", self.base)
     }
-    /// ZSET instance id → last heartbeat (ms since the epoch).
+    /// ZSET instance id → when it last reconciled (ms since the epoch, its clock): the instances
+    /// a rebuild waits for.
     pub(crate) fn members(&self) -> String {
         format!("{}:members", self.base)
     }
@@ -180,6 +181,26 @@ impl Keys {
     pub(crate) fn channel(&self) -> String {
         format!("{}:bits", self.base)
     }
+    /// ZSET instance id (16 hex digits) → its freshness mark: the Redis time (ms) before which
+    /// it had published every insert it made (see `sync::freshness`).
+    pub(crate) fn marks(&self) -> String {
+        format!("{}:marks", self.base)
+    }
+    /// HASH instance id (16 hex digits) → `epoch:tag`, what its [`Kind::Member`] messages
+    /// announced: the instances a reader waits for, read whole only when it missed a change.
+    pub(crate) fn roster(&self) -> String {
+        format!("{}:roster", self.base)
+    }
+    /// STRING counter: bumped with every change of the roster, carried by the message that
+    /// announces it.
+    pub(crate) fn roster_version(&self) -> String {
+        format!("{}:roster:v", self.base)
+    }
+    /// The channel an instance's own [`Kind::Ping`]s come back on: no other instance hears
+    /// them.
+    pub(crate) fn ping_channel(&self, instance: u64) -> String {
+        format!("{}:ping:{instance:016x}", self.base)
+    }
 }
 
 /// Where bit `bit` of the filter lives in Redis: `(segment, offset for SETBIT/GETBIT)`.
@@ -203,18 +224,23 @@ pub(crate) enum Kind {
     Building = 2,
     /// The generation now serves: switch.
     Switched = 3,
-    /// "Every insert I made before this message was published before it": the sender's
-    /// heartbeat. Words: its resync epoch (bumped when bits it could not publish were pushed
-    /// into the segments instead, so receivers must pull before trusting it), then when it
-    /// was sent (ms, on the sender's monotonic clock; absent from senders before it, which
-    /// receivers count from arrival), then the tag of the Redis data the sender last
-    /// reconciled with (absent from senders before it, which receivers trust on any data).
+    /// The heartbeat of the protocol before freshness marks; ignored.
     Tick = 4,
     /// Records were committed on the sender: the words are the keys' keyed digests, for
     /// dropping cached "not found" answers.
     Committed = 5,
-    /// The sender is shutting down cleanly: stop waiting for its heartbeats.
+    /// The sender left the roster: words `[roster version, expired]` (`expired` 1: it was
+    /// silent for `member_timeout`, and the script that removed it sent this on its behalf).
     Leaving = 6,
+    /// The sender joined the roster, or what it announces changed: words `[resync epoch, tag,
+    /// roster version, pushed]` (`pushed` 1: the pass that reconciled it with that tag's data
+    /// pushed bits into it). The epoch is bumped when bits it could not publish were pushed into
+    /// the segments instead, so receivers must pull before trusting it; the tag names the
+    /// Redis data it last reconciled with. Sent by the mark script, only on a change.
+    Member = 7,
+    /// A reader's own mark round: words `[sequence]`, on its own ping channel, published
+    /// after everything its mark script read was published.
+    Ping = 8,
 }
 
 impl Kind {
@@ -226,6 +252,8 @@ impl Kind {
             4 => Self::Tick,
             5 => Self::Committed,
             6 => Self::Leaving,
+            7 => Self::Member,
+            8 => Self::Ping,
             _ => return None,
         })
     }
@@ -353,7 +381,13 @@ mod tests {
         );
         assert!(decode(&bytes[..bytes.len() - 1]).is_none());
         assert!(decode(b"").is_none());
-        for kind in [Kind::Tick, Kind::Committed, Kind::Leaving] {
+        for kind in [
+            Kind::Tick,
+            Kind::Committed,
+            Kind::Leaving,
+            Kind::Member,
+            Kind::Ping,
+        ] {
             assert_eq!(decode(&encode(kind, 1, 2, &[3])).unwrap().kind, kind);
         }
         let mut unknown = encode(Kind::Bits, 1, 2, &[]);

@@ -392,3 +392,106 @@ return 1
 ",
     )
 }
+
+/// Lua helpers of the roster scripts: a number below 2⁵³ as 8 little-endian bytes (a message
+/// word), and an instance id written as 16 hex digits as its 8 little-endian bytes (a
+/// message's sender).
+macro_rules! roster_lua {
+    () => {
+        r"
+local function le64(n)
+  local b = {}
+  for i = 1, 8 do b[i] = string.char(n % 256); n = math.floor(n / 256) end
+  return table.concat(b)
+end
+local function le_hex(h)
+  local b = {}
+  for i = 15, 1, -2 do b[#b + 1] = string.char(tonumber(string.sub(h, i, i + 1), 16)) end
+  return table.concat(b)
+end
+"
+    };
+}
+
+/// One freshness round of an instance (see `sync::freshness`). KEYS: marks (ZSET), roster
+/// (HASH), roster version. ARGV: the instance's id (16 hex digits), its claim (ms in Redis's
+/// clock, or empty), whether it vouches (`1`: every insert it made before the claim was
+/// published), `member_timeout` (ms), its resync epoch, its tag (16 hex digits), the
+/// channel, its own ping channel, the round's sequence number, whether the pass that made it
+/// vouch for that tag pushed bits (`1`: the others pull when they hear of it).
+///
+/// Reads Redis's clock `now`. If it vouches, sets its mark to the smaller of `now` and the
+/// claim, and if its `epoch:tag` differs from its roster entry, records it, bumps the version
+/// and publishes a [`Kind::Member`](crate::protocol::Kind::Member) message carrying it.
+/// Removes every instance whose mark is older than `member_timeout`, publishing a
+/// [`Kind::Leaving`](crate::protocol::Kind::Leaving) message (expired) for each. Publishes
+/// the ping last, on the instance's own channel: every message published before any mark
+/// this script read reaches the instance before it. Returns `{now, oldest mark, its
+/// instance, marks, roster version}`.
+pub(crate) fn mark() -> Script {
+    Script::new(concat!(
+        roster_lua!(),
+        r"
+local id = ARGV[1]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if ARGV[3] == '1' then
+  local score = now
+  if ARGV[2] ~= '' then score = math.min(now, tonumber(ARGV[2])) end
+  redis.call('ZADD', KEYS[1], score, id)
+  local info = ARGV[5] .. ':' .. ARGV[6]
+  if redis.call('HGET', KEYS[2], id) ~= info then
+    redis.call('HSET', KEYS[2], id, info)
+    local v = redis.call('INCR', KEYS[3])
+    redis.call('PUBLISH', ARGV[7], string.char(2, 7) .. le_hex(id) .. le64(0)
+      .. le64(tonumber(ARGV[5])) .. le_hex(ARGV[6]) .. le64(v) .. le64(tonumber(ARGV[10])))
+  end
+end
+local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. (now - tonumber(ARGV[4])))
+for _, member in ipairs(gone) do
+  redis.call('ZREM', KEYS[1], member)
+  redis.call('HDEL', KEYS[2], member)
+  local v = redis.call('INCR', KEYS[3])
+  redis.call('PUBLISH', ARGV[7],
+    string.char(2, 6) .. le_hex(member) .. le64(0) .. le64(v) .. le64(1))
+end
+local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local version = tonumber(redis.call('GET', KEYS[3]) or '0')
+local marks = redis.call('ZCARD', KEYS[1])
+redis.call('PUBLISH', ARGV[8], string.char(2, 8) .. le_hex(id) .. le64(0)
+  .. le64(tonumber(ARGV[9])))
+return {now, tonumber(oldest[2] or now), oldest[1] or id, marks, version}
+",
+    ))
+}
+
+/// The roster, whole: `{version, id, epoch:tag, id, epoch:tag, …}`. KEYS: roster, roster
+/// version.
+pub(crate) fn roster() -> Script {
+    Script::new(
+        r"
+local out = {redis.call('GET', KEYS[2]) or '0'}
+for _, field in ipairs(redis.call('HGETALL', KEYS[1])) do out[#out + 1] = field end
+return out
+",
+    )
+}
+
+/// An instance leaves the roster cleanly: removes its mark (ZSET `KEYS[1]`) and entry (HASH
+/// `KEYS[2]`), bumps the version (`KEYS[3]`) and publishes its
+/// [`Kind::Leaving`](crate::protocol::Kind::Leaving) message on `ARGV[2]`. `ARGV[1]`: its
+/// id, 16 hex digits.
+pub(crate) fn leave() -> Script {
+    Script::new(concat!(
+        roster_lua!(),
+        r"
+redis.call('ZREM', KEYS[1], ARGV[1])
+if redis.call('HDEL', KEYS[2], ARGV[1]) == 1 then
+  local v = redis.call('INCR', KEYS[3])
+  redis.call('PUBLISH', ARGV[2],
+    string.char(2, 6) .. le_hex(ARGV[1]) .. le64(0) .. le64(v) .. le64(0))
+end
+return 1
+",
+    ))
+}

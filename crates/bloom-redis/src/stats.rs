@@ -76,19 +76,19 @@ pub struct RedisStats {
     /// Rebuilds started because Redis held clearly fewer keys than the source
     /// ([`RedisSync::refill_if_lost`](crate::RedisSync::refill_if_lost)).
     pub refills: u64,
-    /// Whether this instance's view is fresh: it has heard, within `stale_after`, from every
-    /// instance it knows (itself included, which proves its own publishing and subscription
-    /// work), and has pulled everything those instances could not publish. While `false`,
+    /// Whether this instance's view is fresh: its last mark round came back (which proves its
+    /// own publishing and subscription work) and found every instance's mark within
+    /// `stale_after`, and it has pulled everything those instances could not publish. While `false`,
     /// the [`StalePolicy`](crate::StalePolicy) decides what a would-be rejection does.
     pub fresh: bool,
     /// How long the view has been stale, while it is.
     pub stale_for: Option<Duration>,
-    /// Why the view is stale, while it is (for example "no heartbeat from instance 1f2e… for
-    /// 1.2 s").
+    /// Why the view is stale, while it is (for example "no mark from instance 1f2e… for
+    /// 1200 ms").
     pub stale_reason: Option<String>,
     /// Times the view went stale, as seen by a check every heartbeat (a stale period shorter
     /// than one heartbeat may go uncounted; its let-throughs are counted all the same). The
-    /// moments of joining, until this instance's own first heartbeat comes back, count: the
+    /// moments of joining, until this instance's first mark round comes back, count: the
     /// view is not fresh then, and the policy applies (the log calls it stale only if it
     /// lasts `stale_after`).
     pub stale_periods: u64,
@@ -96,8 +96,15 @@ pub struct RedisStats {
     pub stale_let_through: u64,
     /// Would-be rejections kept while stale (`ServeLocal`, or beyond the budget).
     pub stale_rejected: u64,
-    /// Instances whose heartbeats this one waits for (itself included).
+    /// Instances whose marks this one's view was last judged on, itself included: the marks in
+    /// Redis at its last mark round (the fleet's size as Redis counts it).
     pub instances: usize,
+    /// Mark rounds of this instance that came back (one every `heartbeat` when idle, and one
+    /// after every publish): its idle cost is one script call and one ping each.
+    pub mark_rounds: u64,
+    /// Times this instance read the whole roster: at every (re)subscription, and when a
+    /// change of it was missed. The roster is read whole only then, so this stays small.
+    pub roster_reads: u64,
     /// [`RedisSync::propagated`](crate::RedisSync::propagated) calls that timed out.
     pub not_propagated: u64,
     /// Whether this instance holds the fleet's follow lease: it is the one reading the

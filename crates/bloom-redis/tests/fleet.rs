@@ -494,14 +494,14 @@ async fn a_partitioned_writer_makes_the_others_stale_until_it_returns() {
     for outcome in &outcomes {
         assert!(not_propagated(outcome), "{outcome:?}");
     }
-    eventually("B and C go stale: no heartbeat from A", || {
+    eventually("B and C go stale: no mark from A", || {
         !b.stats().fresh && !c.stats().fresh
     })
     .await;
     for i in [&b, &c] {
         let stats = i.stats();
         let reason = stats.stale_reason.clone().unwrap_or_default();
-        assert!(reason.contains("no heartbeat from instance"), "{stats:?}");
+        assert!(reason.contains("no mark from instance"), "{stats:?}");
         for k in &created {
             assert!(!has(i, k), "{k} cannot have left A");
             assert!(
@@ -1405,13 +1405,14 @@ async fn writers_and_readers_through_every_fault() {
         nodes.push(Arc::new(fleet.join_as::<u64>(slot, same).await));
     }
     settle(&nodes.iter().map(|n| &**n).collect::<Vec<_>>()).await;
-    const PHASES: [&str; 6] = [
+    const PHASES: [&str; 7] = [
         "steady (no fault)",
         "Redis SIGSTOP",
         "Hang: proxy of B",
         "Blackhole: writer's A",
         "Redis killed, restarted empty",
         "Redis restarted from old dump",
+        "27 more join (30 instances), then leave",
     ];
     let run = Arc::new(Run {
         nodes,
@@ -1459,6 +1460,37 @@ async fn writers_and_readers_through_every_fault() {
             5 => {
                 let dump = dump.take().expect("saved after the steady phase");
                 fleet.with_server(|s| s.restart_from(&dump));
+            }
+            6 => {
+                // Under the writer's creates: each newcomer holds, once fresh, every key
+                // whose create returned before it joined, and none makes the three stale
+                // beyond the bound (the readers count it).
+                let url = fleet.server.url();
+                let mut joined = Vec::new();
+                for _ in 0..27 {
+                    let before: Vec<u64> =
+                        run.created.lock().unwrap().iter().map(|c| c.key).collect();
+                    let newcomer = short(RedisSync::builder(&url).prefix(&fleet.prefix))
+                        .connect(&filter::<u64>())
+                        .await
+                        .expect("join");
+                    joined.push((newcomer, before));
+                }
+                for (newcomer, before) in &joined {
+                    eventually("every newcomer fresh", || newcomer.stats().fresh).await;
+                    let missing = before.iter().filter(|k| !has(newcomer, *k)).count();
+                    assert_eq!(
+                        missing, 0,
+                        "a fresh newcomer answers absent for keys created before it joined"
+                    );
+                    eventually("every newcomer knows the 30", || {
+                        newcomer.stats().instances == 30
+                    })
+                    .await;
+                }
+                for (newcomer, _) in joined {
+                    newcomer.leave().await;
+                }
             }
             _ => unreachable!(),
         }
@@ -1517,7 +1549,8 @@ async fn writers_and_readers_through_every_fault() {
     }
     eprintln!(
         "\nThree instances (heartbeat {} ms, stale_after {stale_ms} ms, response_timeout 500 ms, \
-         policy LetThrough), each through its own proxy to one redis-server; one writer creating \
+         policy LetThrough), each through its own proxy to one redis-server (and, in the last \
+         phase, 27 more connected to it directly); one writer creating \
          keys through random instances (insert, then propagated()); one reader per instance \
          checking every key created on the other two, every 2 ms:\n\n{}",
         HEARTBEAT.as_millis(),

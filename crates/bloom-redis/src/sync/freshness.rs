@@ -1,43 +1,67 @@
 //! Whether this instance's view may be missing inserts made elsewhere, and what a would-be
 //! rejection does then.
 //!
-//! Every instance publishes heartbeats that follow everything it published (see
-//! [`publisher`](super::publisher)). The view is **fresh** while, within `stale_after`, a
-//! heartbeat was *sent* by every instance it knows — itself included, which proves that its
-//! own publishing and its subscription both work — and nothing it must pull is outstanding
-//! (after a resubscription, or an instance's resync epoch). A key inserted and published on
-//! any of those instances before its last heartbeat is then in our filter. Otherwise the view
-//! is **stale** and the [`StalePolicy`] decides: the cost is one clock read on the path of a
-//! would-be rejection only.
+//! **Marks.** Every instance runs a *mark round* (the `mark` script, [`scripts::mark`]) at
+//! the end of every publish, and every `heartbeat` when idle. When every insert it made
+//! before its claim was published, the round sets its *mark* in the ZSET `{p}:marks` to
+//! that claim in Redis's clock: the smaller of Redis's `TIME` now and the instance's own
+//! bound on Redis's time when it sent the round (Redis's time in its last reply plus the
+//! local time elapsed since that reply arrived: never later than the truth, whatever the
+//! network held back). The same round reads Redis's time `now`, the oldest mark in the fleet
+//! and the roster's version, then publishes a *ping* on the instance's own channel, last.
 //!
-//! A heartbeat vouches for what its sender had published *into the Redis data it names*:
-//! each carries the tag of the data its sender last reconciled with (the dataset's id and the
-//! server process's, on a cluster every node's, with the server's eviction count under an
-//! `allkeys-*` policy: [`tag_of`]), and counts only if that is the data this instance last
-//! reconciled with. A Redis restarted from an old dump or empty, or one that evicted segments,
-//! has lost bits its senders published before, which the instances that missed the messages (in
-//! flight when Redis died) pull from it in vain; a heartbeat vouching for the earlier data must
-//! not make them fresh without those keys. So every instance waits until each other one has
-//! compared every segment with the new data (pushing what it lacked) and says so, then pulls
-//! once more. Tests: `a_key_redis_lost_is_not_vouched_for_until_its_holder_pushed_it_again`
-//! and `keys_redis_evicted_are_not_vouched_for_until_their_holder_pushed_them_again`
-//! (`tests/fleet.rs`), and the cluster's in `tests/cluster.rs`.
-//!
-//! A heartbeat counts from when it was sent, not from its arrival: a link that hangs, then
-//! delivers what it held, hands over heartbeats sent before inserts their sender could not
-//! publish since, and counted from their arrival they would vouch for those inserts. Each
-//! heartbeat carries its sender's clock; [`Transit`] turns it into ours. Test:
+//! **Why a returned ping proves the view covers the oldest mark.** Redis runs a script
+//! atomically and delivers what it publishes to each subscriber connection in the order it
+//! ran the commands. Every mark the round read was set before the round ran, by a round that
+//! came after its instance's bit messages in one pipeline on one connection; so every insert
+//! its instance made before its mark was published before the round ran, and reaches our
+//! subscription before our ping. When the ping is back, the view holds every insert any
+//! member made before the oldest mark `m`. An insert acknowledged by `propagated` was
+//! published; if its instance is cut off before publishing, its marks stop. So the view is
+//! fresh until `sent + stale_after - (now - m)` on our clock (`sent`: when the round was
+//! sent, no later than when it ran): then every member marked within `stale_after` of Redis's
+//! time at that moment, as the heartbeats of every member within `stale_after` did before.
+//! No two machines' clocks are compared: Redis's clock is read in the script, ours only
+//! measures elapsed time. Tests: `a_member_that_stops_marking_makes_the_others_stale`,
+//! `a_round_whose_ping_is_not_back_does_not_make_a_view_fresh` (below),
 //! `a_heartbeat_the_network_held_back_does_not_make_a_view_fresh` (`tests/fleet.rs`).
 //!
-//! Joining is not staleness to an operator: until an instance's own first heartbeat comes
-//! back (and while a pull it owes is under way) its view is not fresh, and the policy applies,
-//! but the watcher logs it at DEBUG, and at WARN only if it lasts `stale_after`. Test:
-//! `a_normal_join_logs_no_stale_warning` (`tests/logs.rs`).
+//! **Cost.** A round is one script call and one ping to the instance itself: nothing an
+//! instance sends or receives grows with the fleet, and Redis's work per instance is a few
+//! O(log N) sorted-set steps (`benches/fleet_idle.rs`, `tests/fleet_scale.rs`).
 //!
-//! An instance is known from its first heartbeat until it says it is leaving, or until it
-//! has been silent for `member_timeout` (presumed gone: killed, or cut off for good).
+//! **The roster.** What each member announces (its resync epoch and the tag of the Redis data
+//! it last reconciled with) is in the HASH `{p}:roster`, and a change (a join, a new epoch, a
+//! new tag; a member leaving or expiring) bumps `{p}:roster:v` and is published once, as a
+//! [`Kind::Member`](crate::protocol::Kind::Member) or
+//! [`Kind::Leaving`](crate::protocol::Kind::Leaving) message carrying the new version. A
+//! round's reply names the version at the time it ran, and every change up to it reached us
+//! before the ping: a version we have not heard (or a smaller one: Redis lost its data) means
+//! a change was missed, and the roster is read whole, once. A member silent for
+//! `member_timeout` is removed by whichever round finds it so (presumed gone: killed, or cut
+//! off for good), announced on its behalf.
+//!
+//! **What else keeps a view stale.** Not subscribed; a pull owed after a (re)subscription, or
+//! because a member announced a new epoch, or a new tag or its join reached by a pass that
+//! pushed bits into Redis (whether before or after our last pass is unknown; a join that
+//! pushed nothing is not waited for); our own inserts not publishable; a member
+//! vouching for other Redis data than we last reconciled with. A tag names the data a member
+//! vouches for ([`tag_of`]: the dataset's id and the server process's, on a cluster every
+//! node's, with the eviction count under an `allkeys-*` policy): a Redis restarted from an
+//! old dump or empty, or one that evicted segments, lost bits its senders published before,
+//! and no member's mark may make a view fresh without them until it compared every segment
+//! with the new data (pushing what it lacked) and says so. Tests:
+//! `a_key_redis_lost_is_not_vouched_for_until_its_holder_pushed_it_again` and
+//! `keys_redis_evicted_are_not_vouched_for_until_their_holder_pushed_them_again`
+//! (`tests/fleet.rs`), and the cluster's in `tests/cluster.rs`. Then the [`StalePolicy`]
+//! decides: the cost is one clock read on the path of a would-be rejection only.
+//!
+//! Joining is not staleness to an operator: until an instance's first round is back (and
+//! while a pull it owes is under way) its view is not fresh, and the policy applies, but the
+//! watcher logs it at DEBUG, and at WARN only if it lasts `stale_after`. Test:
+//! `a_normal_join_logs_no_stale_warning` (`tests/logs.rs`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
@@ -45,6 +69,8 @@ use std::time::{Duration, Instant};
 use super::inner::{Inner, lock};
 #[cfg(feature = "metrics")]
 use crate::names;
+#[cfg(doc)]
+use crate::scripts;
 use crate::{RedisSyncBuilder, StalePolicy};
 
 pub(super) struct Freshness {
@@ -54,12 +80,17 @@ pub(super) struct Freshness {
     policy: StalePolicy,
     stale_after: u64,
     /// The tag of the Redis data this instance last reconciled with ([`tag_of`]); 0: none
-    /// yet. Our heartbeats carry it, and only the others' that carry it count.
+    /// yet. Its roster entry carries it, and only members that carry it count.
     vouched: AtomicU64,
-    member_timeout: u64,
+    /// Whether the pass that made it vouch for `vouched` pushed bits into Redis: its
+    /// announcement asks the others to pull only then.
+    pushed: std::sync::atomic::AtomicBool,
     /// Milliseconds since `base` until which the view is fresh; 0: stale now.
     fresh_until: AtomicU64,
     view: Mutex<View>,
+    next_round: AtomicU64,
+    /// Woken when a change of the roster was missed: the watcher reads it at once.
+    roster_wanted: tokio::sync::Notify,
     let_through: AtomicU64,
     rejected: AtomicU64,
     /// The second (since `base`) the budget counts, and what it has let through in it.
@@ -69,11 +100,22 @@ pub(super) struct Freshness {
 
 #[derive(Default)]
 struct View {
+    /// The roster as this instance knows it.
     members: HashMap<u64, Member>,
+    /// The roster version `members` reflects.
+    roster_version: u64,
+    /// A change of the roster was missed: it is to be read whole.
+    roster_missed: bool,
     subscribed: bool,
     /// Since when (ms) a pull is owed because of a (re)subscription.
     pull_owed_since: Option<u64>,
     publishing_failed: bool,
+    /// Rounds sent whose reply or ping is not back yet, oldest first.
+    rounds: VecDeque<Round>,
+    /// What the newest round that came back found.
+    last: Option<Completed>,
+    rounds_back: u64,
+    roster_reads: u64,
     /// Why the view is stale, from the last evaluation.
     stale: Option<Stale>,
     /// Since when (ms) the view has been stale, from the evaluations.
@@ -83,12 +125,60 @@ struct View {
     periods: u64,
 }
 
+/// A mark round in flight.
+struct Round {
+    seq: u64,
+    /// When it was sent (ms, our clock).
+    sent: u64,
+    reply: Option<RoundReply>,
+    ping_back: bool,
+}
+
+/// What a mark round read in Redis ([`scripts::mark`]'s reply).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct RoundReply {
+    /// Redis's time when the round ran (ms since the Unix epoch).
+    pub(super) now: u64,
+    /// The oldest mark then, and whose it is.
+    pub(super) oldest: u64,
+    pub(super) oldest_member: u64,
+    /// How many marks there were.
+    pub(super) marks: u64,
+    pub(super) roster_version: u64,
+}
+
+impl redis::FromRedisValue for RoundReply {
+    fn from_redis_value(v: &redis::Value) -> redis::RedisResult<Self> {
+        let (now, oldest, oldest_member, marks, roster_version): (u64, u64, String, u64, u64) =
+            redis::FromRedisValue::from_redis_value(v)?;
+        let oldest_member = u64::from_str_radix(&oldest_member, 16).map_err(|_| {
+            redis::RedisError::from((
+                redis::ErrorKind::TypeError,
+                "a mark round named an instance that is not 16 hex digits",
+            ))
+        })?;
+        Ok(Self {
+            now,
+            oldest,
+            oldest_member,
+            marks,
+            roster_version,
+        })
+    }
+}
+
+/// A round that came back.
+struct Completed {
+    sent: u64,
+    reply: RoundReply,
+}
+
 /// Why the view is stale.
 struct Stale {
     reason: String,
-    /// Whether it is the normal course of joining (until this instance's own first heartbeat
-    /// comes back) or of a pull under way: logged at DEBUG, and at WARN only once it has
-    /// lasted `stale_after`.
+    /// Whether it is the normal course of joining (until this instance's first round comes
+    /// back) or of a pull under way: logged at DEBUG, and at WARN only once it has lasted
+    /// `stale_after`.
     expected: bool,
 }
 
@@ -102,58 +192,17 @@ struct Period {
 }
 
 struct Member {
-    /// When (ms, our clock) its newest heartbeat was sent.
-    last_heartbeat: u64,
     epoch: u64,
-    /// The Redis data its newest heartbeat vouches for (`None`: a sender that predates tags).
-    tag: Option<u64>,
+    /// The Redis data it vouches for.
+    tag: u64,
     /// Since when (ms) a pull is owed because this member pushed bits into Redis: it bumped
-    /// its resync epoch, or vouched for new Redis data (or for the first time).
+    /// its resync epoch, vouched for new Redis data, or joined.
     pull_owed_since: Option<u64>,
-    transit: Transit,
 }
 
-/// Half the window over which [`Transit`] keeps the fastest trip of a heartbeat.
-const TRANSIT_WINDOW_HALF_MS: u64 = 15_000;
-
-/// Maps a sender's clock onto ours: `arrival - sent` is the clocks' offset plus the trip, and
-/// its minimum over the last 15 to 30 s of heartbeats is the offset plus the fastest trip.
-/// A heartbeat is taken as sent at `sent + that minimum`: the moment it arrived if it was as
-/// fast as the fastest, earlier by however long it was held. The window is two buckets,
-/// rotated only when a heartbeat arrives, so the heartbeats from before a silence of any
-/// length are the yardstick for those the silence held back; and short enough that two
-/// clocks drifting apart (100 ppm: 3 ms over 30 s) do not matter.
-struct Transit {
-    /// Smallest `arrival - sent` (i128: any two u64 clocks) in each bucket.
-    current: i128,
-    previous: i128,
-    current_since: u64,
-}
-
-impl Transit {
-    fn new(now: u64) -> Self {
-        Self {
-            current: i128::MAX,
-            previous: i128::MAX,
-            current_since: now,
-        }
-    }
-
-    /// When (our clock) a heartbeat stamped `sent` on its sender's clock, arriving `now`,
-    /// was sent.
-    fn sent_at(&mut self, sent: u64, now: u64) -> u64 {
-        if now.saturating_sub(self.current_since) >= TRANSIT_WINDOW_HALF_MS {
-            self.previous = self.current;
-            self.current = i128::MAX;
-            self.current_since = now;
-        }
-        let offset = i128::from(now) - i128::from(sent);
-        self.current = self.current.min(offset);
-        let fastest = self.current.min(self.previous);
-        // `fastest <= offset`, so never later than `now`.
-        (i128::from(sent) + fastest).clamp(0, i128::from(now)) as u64
-    }
-}
+/// At most this many rounds are awaited at once; an older one is dropped (a newer one that
+/// comes back covers it).
+const ROUNDS_IN_FLIGHT: usize = 16;
 
 /// The view's state, for [`RedisSync::stats`](crate::RedisSync::stats).
 pub(super) struct Report {
@@ -164,6 +213,8 @@ pub(super) struct Report {
     pub(super) let_through: u64,
     pub(super) rejected: u64,
     pub(super) instances: usize,
+    pub(super) rounds: u64,
+    pub(super) roster_reads: u64,
 }
 
 impl Freshness {
@@ -175,9 +226,11 @@ impl Freshness {
             policy: cfg.on_stale,
             stale_after: cfg.stale_after.as_millis() as u64,
             vouched: AtomicU64::new(0),
-            member_timeout: cfg.member_timeout.as_millis() as u64,
+            pushed: std::sync::atomic::AtomicBool::new(false),
             fresh_until: AtomicU64::new(0),
             view: Mutex::new(View::default()),
+            next_round: AtomicU64::new(1),
+            roster_wanted: tokio::sync::Notify::new(),
             let_through: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
             budget_second: AtomicU64::new(0),
@@ -185,7 +238,7 @@ impl Freshness {
         }
     }
 
-    /// Milliseconds since `base`, from 1: the clock our heartbeats carry.
+    /// Milliseconds since `base`, from 1: this instance's clock.
     pub(super) fn now(&self) -> u64 {
         self.base.elapsed().as_millis() as u64 + 1
     }
@@ -230,83 +283,219 @@ impl Freshness {
     }
 
     /// This instance finished a pass against the Redis data `incarnation` names, in which
-    /// (the first against it compares every segment) every bit held here went into it.
-    pub(super) fn reconciled_with(&self, incarnation: &str) {
+    /// (the first against it compares every segment) every bit held here went into it;
+    /// `pushed`: that pass pushed bits into it.
+    pub(super) fn reconciled_with(&self, incarnation: &str, pushed: bool) {
         let tag = tag_of(incarnation);
+        if self.vouched.load(Relaxed) != tag {
+            self.pushed.store(pushed, Relaxed);
+        }
         if self.vouched.swap(tag, Relaxed) != tag {
             let now = self.now();
             self.evaluate(&mut lock(&self.view), now);
         }
     }
 
-    /// The tag our heartbeats carry.
-    pub(super) fn vouched(&self) -> u64 {
-        self.vouched.load(Relaxed)
+    /// The tag this instance's roster entry carries, and whether the others are to pull when
+    /// it is announced (the pass that reconciled with its data pushed bits).
+    pub(super) fn vouched(&self) -> (u64, bool) {
+        (self.vouched.load(Relaxed), self.pushed.load(Relaxed))
     }
 
-    /// A heartbeat from `sender` (ourselves included), stamped `sent` on its clock and
-    /// vouching for the Redis data tagged `tag` (each `None` from a sender that predates it:
-    /// counted from its arrival, trusted on any data). `true` if it asks for a pull (its
-    /// resync epoch or its tag moved): the caller wakes the reconciler.
-    pub(super) fn heartbeat(
+    /// A mark round is being sent: its sequence number, for its ping.
+    pub(super) fn round_sent(&self) -> u64 {
+        let seq = self.next_round.fetch_add(1, Relaxed);
+        let sent = self.now();
+        let mut view = lock(&self.view);
+        if view.rounds.len() == ROUNDS_IN_FLIGHT {
+            view.rounds.pop_front();
+        }
+        view.rounds.push_back(Round {
+            seq,
+            sent,
+            reply: None,
+            ping_back: false,
+        });
+        seq
+    }
+
+    /// Round `seq`'s script ran and replied. `true` if the roster is to be read whole.
+    pub(super) fn round_replied(&self, seq: u64, reply: RoundReply) -> bool {
+        self.round_progress(seq, |round| round.reply = Some(reply))
+    }
+
+    /// Round `seq`'s ping came back on our own channel. `true` if the roster is to be read
+    /// whole.
+    pub(super) fn ping_back(&self, seq: u64) -> bool {
+        self.round_progress(seq, |round| round.ping_back = true)
+    }
+
+    fn round_progress(&self, seq: u64, progress: impl FnOnce(&mut Round)) -> bool {
+        let now = self.now();
+        let mut view = lock(&self.view);
+        let Some(index) = view.rounds.iter().position(|round| round.seq == seq) else {
+            return false;
+        };
+        progress(&mut view.rounds[index]);
+        let round = &view.rounds[index];
+        let (Some(reply), true) = (round.reply, round.ping_back) else {
+            return false;
+        };
+        let sent = round.sent;
+        // Older rounds' pings came before this one's: they are covered by it.
+        view.rounds.drain(..=index);
+        view.rounds_back += 1;
+        // Every change of the roster up to the version the round read reached us before its
+        // ping: a version we have not heard, or a smaller one (Redis lost the roster), was
+        // missed.
+        if reply.roster_version != view.roster_version {
+            view.roster_missed = true;
+        }
+        view.last = Some(Completed { sent, reply });
+        self.evaluate(&mut view, now);
+        if view.roster_missed {
+            self.roster_wanted.notify_one();
+        }
+        view.roster_missed
+    }
+
+    /// Whether a change of the roster was missed (read it with [`roster_read`](Self::roster_read)).
+    pub(super) fn roster_missed(&self) -> bool {
+        lock(&self.view).roster_missed
+    }
+
+    /// The roster, read whole at `version`: `(instance, epoch, tag)` each.
+    pub(super) fn roster_read(&self, version: u64, entries: &[(u64, u64, u64)]) -> bool {
+        let now = self.now();
+        let mut view = lock(&self.view);
+        view.roster_reads += 1;
+        let mut pull = false;
+        let mut members = HashMap::with_capacity(entries.len());
+        for &(id, epoch, tag) in entries {
+            let mut member = view.members.remove(&id).unwrap_or(Member {
+                epoch,
+                tag: 0,
+                pull_owed_since: None,
+            });
+            // Whether it pushed before announcing is not in the roster: pull.
+            pull |= self.announced(&mut member, id, epoch, tag, true, now);
+            members.insert(id, member);
+        }
+        for id in view.members.keys() {
+            tracing::info!(prefix = %self.prefix, instance = format_args!("{id:016x}"), "an instance left the roster");
+        }
+        view.members = members;
+        view.roster_version = version;
+        view.roster_missed = false;
+        self.evaluate(&mut view, now);
+        pull
+    }
+
+    /// `sender` joined, or announced a new epoch or tag, as roster change `version`;
+    /// `pushed`: the pass that reconciled it with that tag's data pushed bits into it. `true`
+    /// if it asks for a pull, or vouches for other Redis data than ours: the caller wakes the
+    /// reconciler.
+    pub(super) fn member(
         &self,
         sender: u64,
         epoch: u64,
-        sent: Option<u64>,
-        tag: Option<u64>,
+        tag: u64,
+        version: u64,
+        pushed: bool,
     ) -> bool {
         let now = self.now();
         let mut view = lock(&self.view);
-        let mut pull = false;
+        if !self.roster_change(&mut view, version) {
+            return false;
+        }
         let member = view.members.entry(sender).or_insert_with(|| {
             tracing::debug!(prefix = %self.prefix, instance = format_args!("{sender:016x}"), "heard from a new instance");
             Member {
-                last_heartbeat: 0,
                 epoch,
-                tag: None,
+                tag: 0,
                 pull_owed_since: None,
-                transit: Transit::new(now),
             }
         });
-        let sent_at = sent.map_or(now, |sent| member.transit.sent_at(sent, now));
-        member.last_heartbeat = member.last_heartbeat.max(sent_at);
+        let pull = self.announced(member, sender, epoch, tag, pushed, now);
+        self.evaluate(&mut view, now);
+        // A member vouching for other Redis data than ours: our own pass finds out whether
+        // the data changed (and then vouches for it too), even if it need not pull.
+        pull || tag != self.vouched.load(Relaxed)
+    }
+
+    /// `sender` left the roster as change `version`: cleanly, or `expired` (silent for
+    /// `member_timeout`, removed by another instance's round).
+    pub(super) fn left(&self, sender: u64, version: u64, expired: bool) {
+        let now = self.now();
+        let mut view = lock(&self.view);
+        if !self.roster_change(&mut view, version) {
+            return;
+        }
+        if view.members.remove(&sender).is_some() {
+            if expired {
+                tracing::warn!(prefix = %self.prefix, instance = format_args!("{sender:016x}"), "an instance has been silent for member_timeout: presumed gone, no longer waited for");
+            } else {
+                tracing::info!(prefix = %self.prefix, instance = format_args!("{sender:016x}"), "an instance left");
+            }
+        }
+        self.evaluate(&mut view, now);
+    }
+
+    /// Takes roster change `version` in order: `false` if it is reflected already; a gap
+    /// means one was missed.
+    fn roster_change(&self, view: &mut View, version: u64) -> bool {
+        if version <= view.roster_version {
+            return false;
+        }
+        if version != view.roster_version + 1 {
+            view.roster_missed = true;
+            self.roster_wanted.notify_one();
+        }
+        view.roster_version = version;
+        true
+    }
+
+    /// What `id` announces now: whether a pull is owed for it.
+    fn announced(
+        &self,
+        member: &mut Member,
+        id: u64,
+        epoch: u64,
+        tag: u64,
+        pushed: bool,
+        now: u64,
+    ) -> bool {
+        let mut pull = false;
         if epoch > member.epoch {
             member.epoch = epoch;
             member.pull_owed_since = Some(now);
             pull = true;
         }
-        if tag.is_some() && tag != member.tag {
+        if tag != member.tag {
             member.tag = tag;
-            // It compared every segment with that data and pushed what the data lacked:
-            // pull after it did. Also when first heard: whether it pushed before or after
-            // our last pass is unknown.
-            if sender != self.me {
+            // It compared every segment with that data and pushed what the data lacked: if
+            // it pushed anything, pull after it did (also when first heard: whether it
+            // pushed before or after our last pass is unknown). Test:
+            // `a_member_that_pushed_nothing_is_not_pulled_from`.
+            if id != self.me && pushed {
                 member.pull_owed_since = Some(now);
                 pull = true;
             }
         }
-        self.evaluate(&mut view, now);
         pull
     }
 
-    /// `sender` left cleanly: stop waiting for it.
-    pub(super) fn leaving(&self, sender: u64) {
-        let now = self.now();
-        let mut view = lock(&self.view);
-        if view.members.remove(&sender).is_some() {
-            tracing::info!(prefix = %self.prefix, instance = format_args!("{sender:016x}"), "an instance left");
-        }
-        self.evaluate(&mut view, now);
-    }
-
     /// The subscription is (re)established: messages sent while it was down are lost, so a
-    /// pull that starts from now on is owed.
+    /// pull that starts from now on is owed, and the roster is read again.
     pub(super) fn subscribed(&self) {
         let now = self.now();
         let mut view = lock(&self.view);
         view.subscribed = true;
         view.pull_owed_since = Some(now);
+        view.roster_missed = true;
+        view.rounds.clear();
         self.evaluate(&mut view, now);
+        self.roster_wanted.notify_one();
     }
 
     pub(super) fn unsubscribed(&self) {
@@ -354,7 +543,7 @@ impl Freshness {
         if now <= until {
             view.stale_from = None;
         } else {
-            // Stale since a heartbeat's deadline passed, or since this event.
+            // Stale since the last round's bound passed, or since this event.
             view.stale_from
                 .get_or_insert(if until == 0 { now } else { until });
         }
@@ -362,9 +551,8 @@ impl Freshness {
     }
 
     fn judge(&self, view: &View, now: u64) -> (u64, Option<Stale>) {
-        // Joining: its own first heartbeat has not come back yet (it never leaves the members
-        // once heard).
-        let joining = !view.members.contains_key(&self.me);
+        // Joining: its first round has not come back yet.
+        let joining = view.last.is_none();
         let stale = |reason: String, pulling: bool| {
             Some(Stale {
                 reason,
@@ -386,23 +574,27 @@ impl Freshness {
                 stale("its own inserts cannot be published".into(), false),
             );
         }
-        if joining {
+        let Some(last) = &view.last else {
             return (
                 0,
                 stale(
-                    "joining: its own first heartbeat has not come back yet".into(),
+                    "joining: its first mark round has not come back yet".into(),
                     false,
                 ),
             );
+        };
+        if view.roster_missed {
+            return (
+                0,
+                stale("reading the roster again: a change was missed".into(), true),
+            );
         }
         let vouched = self.vouched.load(Relaxed);
-        let mut until = u64::MAX;
-        let mut reason = None;
         for (&id, member) in &view.members {
-            if member.tag.is_some_and(|tag| tag != vouched) {
+            if member.tag != vouched {
                 let reason = if id == self.me {
-                    "its heartbeats since it reconciled with Redis's current data have not come \
-                     back"
+                    "its announcement since it reconciled with Redis's current data has not \
+                     come back"
                         .to_owned()
                 } else {
                     format!(
@@ -419,52 +611,53 @@ impl Freshness {
                 );
                 return (0, stale(reason, true));
             }
-            let deadline = member.last_heartbeat + self.stale_after;
-            if deadline < until {
-                until = deadline;
-                if deadline < now {
-                    reason = stale(
-                        if id == self.me {
-                            format!(
-                                "its own heartbeats have not come back for {} ms",
-                                now - member.last_heartbeat
-                            )
-                        } else {
-                            format!(
-                                "no heartbeat from instance {id:016x} for {} ms",
-                                now - member.last_heartbeat
-                            )
-                        },
-                        false,
-                    );
-                }
-            }
         }
-        (until, reason)
+        if !view.members.contains_key(&self.me) {
+            return (
+                0,
+                stale(
+                    "joining: its own announcement has not come back yet".into(),
+                    false,
+                ),
+            );
+        }
+        // Fresh until the oldest mark the last round read is `stale_after` old, counted from
+        // when the round was sent (Redis's clock had not passed `now` then).
+        let reply = last.reply;
+        let age = reply.now.saturating_sub(reply.oldest);
+        let until = (last.sent + self.stale_after).saturating_sub(age);
+        if now <= until {
+            return (until, None);
+        }
+        let reason = if age > self.stale_after {
+            if reply.oldest_member == self.me {
+                format!("its own mark is {age} ms old")
+            } else {
+                format!(
+                    "no mark from instance {:016x} for {age} ms",
+                    reply.oldest_member
+                )
+            }
+        } else {
+            format!(
+                "its own mark rounds have not come back for {} ms",
+                now - last.sent
+            )
+        };
+        (until, stale(reason, false))
     }
 
-    /// Forgets instances silent for `member_timeout`, and logs and reports the transitions
-    /// between fresh and stale. Called every heartbeat.
+    /// Logs and reports the transitions between fresh and stale. Called every heartbeat.
     ///
-    /// A stale period that is the normal course of joining (until its own first heartbeat
-    /// comes back) or of a pull under way is logged at DEBUG, and at WARN only once it has
-    /// lasted `stale_after`; any other at WARN when it begins, and its end at INFO. The
-    /// policy, the `stale` gauge and the counters do not tell them apart: while the view is
-    /// not fresh, would-be rejections go to the policy however normal the cause.
+    /// A stale period that is the normal course of joining (until its first round comes back)
+    /// or of a pull under way is logged at DEBUG, and at WARN only once it has lasted
+    /// `stale_after`; any other at WARN when it begins, and its end at INFO. The policy, the
+    /// `stale` gauge and the counters do not tell them apart: while the view is not fresh,
+    /// would-be rejections go to the policy however normal the cause.
     fn watch(&self) {
         let now = self.now();
         let mut guard = lock(&self.view);
         let view = &mut *guard;
-        let me = self.me;
-        let timeout = self.member_timeout;
-        let prefix = &self.prefix;
-        view.members.retain(|&id, member| {
-            let gone = id != me && now.saturating_sub(member.last_heartbeat) > timeout;
-            if gone {
-                tracing::warn!(prefix = %prefix, instance = format_args!("{id:016x}"), silent_ms = now - member.last_heartbeat, "an instance has been silent for member_timeout: presumed gone, no longer waited for");
-            }
-            !gone
-        });
         self.evaluate(view, now);
         let fresh = now <= self.fresh_until.load(Relaxed);
         let let_through = self.let_through.load(Relaxed);
@@ -509,8 +702,12 @@ impl Freshness {
             } else {
                 1.0
             });
+            let instances = view
+                .last
+                .as_ref()
+                .map_or(view.members.len() as u64, |last| last.reply.marks);
             metrics::gauge!(names::INSTANCES, "prefix" => self.prefix.clone())
-                .set(view.members.len() as f64);
+                .set(instances as f64);
         }
     }
 
@@ -536,7 +733,12 @@ impl Freshness {
             periods: view.periods,
             let_through: self.let_through.load(Relaxed),
             rejected: self.rejected.load(Relaxed),
-            instances: view.members.len(),
+            instances: view
+                .last
+                .as_ref()
+                .map_or(view.members.len(), |last| last.reply.marks as usize),
+            rounds: view.rounds_back,
+            roster_reads: view.roster_reads,
         }
     }
 }
@@ -553,12 +755,46 @@ pub(super) fn tag_of(incarnation: &str) -> u64 {
 }
 
 impl Inner {
-    /// Every heartbeat: forget silent instances, report transitions.
+    /// Every heartbeat: reads the roster whole if a change of it was missed, and reports the
+    /// transitions between fresh and stale.
     pub(super) async fn watch_freshness(self: std::sync::Arc<Self>) {
         loop {
-            tokio::time::sleep(self.cfg.heartbeat).await;
+            tokio::select! {
+                () = tokio::time::sleep(self.cfg.heartbeat) => {}
+                () = self.freshness.roster_wanted.notified() => {}
+            }
+            if self.freshness.roster_missed() {
+                match self.read_roster().await {
+                    Ok(true) => self.reconciliation.wake(),
+                    Ok(false) => {}
+                    Err(error) => {
+                        tracing::debug!(prefix = %self.prefix, %error, "reading the roster failed; retrying");
+                    }
+                }
+            }
             self.freshness.watch();
         }
+    }
+
+    /// Reads the roster whole ([`scripts::roster`]): whether it asks
+    /// for a pull.
+    async fn read_roster(&self) -> Result<bool, crate::Error> {
+        let mut conn = self.conn.clone();
+        let reply: Vec<String> = crate::scripts::roster()
+            .key(self.keys.roster())
+            .key(self.keys.roster_version())
+            .invoke_async(&mut conn)
+            .await?;
+        let version = reply.first().and_then(|v| v.parse().ok()).unwrap_or(0);
+        let entries: Vec<(u64, u64, u64)> = reply[1.min(reply.len())..]
+            .chunks_exact(2)
+            .filter_map(|pair| {
+                let id = u64::from_str_radix(&pair[0], 16).ok()?;
+                let (epoch, tag) = pair[1].split_once(':')?;
+                Some((id, epoch.parse().ok()?, u64::from_str_radix(tag, 16).ok()?))
+            })
+            .collect();
+        Ok(self.freshness.roster_read(version, &entries))
     }
 }
 
@@ -566,67 +802,194 @@ impl Inner {
 mod tests {
     use std::time::Duration;
 
-    use super::{Freshness, TRANSIT_WINDOW_HALF_MS, Transit, lock, tag_of};
+    use super::{Freshness, RoundReply, lock, tag_of};
     use crate::RedisSyncBuilder;
 
     const ME: u64 = 0xa1;
     const OTHER: u64 = 0xb1;
+    /// Redis's clock in the rounds below.
+    const REDIS_NOW: u64 = 1_800_000_000_000;
 
-    /// An instance subscribed, reconciled with `data`, whose own heartbeat came back.
+    /// The stale bound of the instances below.
+    const STALE_AFTER: Duration = Duration::from_millis(60);
+
+    fn instance() -> Freshness {
+        let cfg = RedisSyncBuilder::new("redis://127.0.0.1:1")
+            .heartbeat(Duration::from_millis(5))
+            .stale_after(STALE_AFTER);
+        Freshness::new(&cfg, ME, "t")
+    }
+
+    /// A mark round that found the oldest mark (`whose`) `age` ms old and the roster at
+    /// `version`, replied and pinged back.
+    fn round(freshness: &Freshness, age: u64, whose: u64, version: u64) {
+        let seq = freshness.round_sent();
+        freshness.round_replied(seq, reply(age, whose, version));
+        freshness.ping_back(seq);
+    }
+
+    fn reply(age: u64, whose: u64, version: u64) -> RoundReply {
+        RoundReply {
+            now: REDIS_NOW,
+            oldest: REDIS_NOW - age,
+            oldest_member: whose,
+            marks: 1,
+            roster_version: version,
+        }
+    }
+
+    /// An instance subscribed, reconciled with `data` and pulled, whose own announcement
+    /// (roster version 1) and first round came back.
     fn reconciled(data: &str) -> Freshness {
-        let freshness = Freshness::new(&RedisSyncBuilder::new("redis://127.0.0.1:1"), ME, "t");
+        let freshness = instance();
         freshness.subscribed();
-        freshness.reconciled_with(data);
-        freshness.pulled(freshness.pull_started());
-        freshness.heartbeat(ME, 0, Some(freshness.now()), Some(tag_of(data)));
+        freshness.roster_read(0, &[]);
+        freshness.reconciled_with(data, false);
+        pull(&freshness);
+        freshness.member(ME, 0, tag_of(data), 1, true);
+        round(&freshness, 0, ME, 1);
         freshness
     }
 
-    /// A heartbeat from `sender`, sent now, vouching for `data`: whether it asked for a pull.
-    fn beat(freshness: &Freshness, sender: u64, data: &str) -> bool {
-        freshness.heartbeat(sender, 0, Some(freshness.now()), Some(tag_of(data)))
+    /// [`reconciled`], then another instance joined (roster version 2), pulled from, and a
+    /// round read its mark: fresh.
+    fn with_other(data: &str) -> Freshness {
+        let freshness = reconciled(data);
+        freshness.member(OTHER, 0, tag_of(data), 2, true);
+        pull(&freshness);
+        round(&freshness, 10, OTHER, 2);
+        assert!(freshness.is_fresh());
+        freshness
     }
 
     fn pull(freshness: &Freshness) {
         freshness.pulled(freshness.pull_started());
     }
 
-    /// A heartbeat from `sender` vouching for `data` asks for a pull; the view is stale until
-    /// the pull is done, then fresh.
-    fn heard_then_pulled(freshness: &Freshness, sender: u64, data: &str) {
-        assert!(beat(freshness, sender, data), "a pull is asked for");
-        assert!(!freshness.is_fresh());
-        pull(freshness);
-        assert!(freshness.is_fresh());
-    }
-
     #[test]
     fn an_instance_first_heard_is_pulled_from_before_the_view_is_fresh() {
         let freshness = reconciled("dataset/run-1");
         assert!(freshness.is_fresh());
-        heard_then_pulled(&freshness, OTHER, "dataset/run-1");
-        assert!(!beat(&freshness, OTHER, "dataset/run-1"), "once only");
+        assert!(
+            freshness.member(OTHER, 0, tag_of("dataset/run-1"), 2, true),
+            "a pull is asked for"
+        );
+        assert!(!freshness.is_fresh());
+        pull(&freshness);
+        assert!(freshness.is_fresh());
+        assert!(
+            !freshness.member(OTHER, 0, tag_of("dataset/run-1"), 2, true),
+            "a change already heard is not taken twice"
+        );
+        round(&freshness, 10, OTHER, 2);
         assert!(freshness.is_fresh());
     }
 
     #[test]
-    fn after_redis_restarted_only_heartbeats_vouching_for_the_new_data_count() {
+    fn a_member_that_pushed_nothing_is_not_pulled_from() {
         let freshness = reconciled("dataset/run-1");
-        beat(&freshness, OTHER, "dataset/run-1");
+        // A newcomer whose join pushed nothing into Redis: every bit it holds was published.
+        assert!(!freshness.member(OTHER, 0, tag_of("dataset/run-1"), 2, false));
+        assert!(
+            freshness.is_fresh(),
+            "a join that pushed nothing is not waited for"
+        );
+        // Its next tag, reached by a pass that pushed bits: pull after it.
+        freshness.reconciled_with("dataset/run-2", false);
+        freshness.member(ME, 0, tag_of("dataset/run-2"), 3, true);
+        assert!(freshness.member(OTHER, 0, tag_of("dataset/run-2"), 4, true));
+        round(&freshness, 0, ME, 4);
+        assert!(!freshness.is_fresh());
         pull(&freshness);
         assert!(freshness.is_fresh());
+    }
+
+    #[test]
+    fn a_member_that_stops_marking_makes_the_others_stale() {
+        let freshness = with_other("dataset/run-1");
+        // The other instance's mark, read by our round, is older than `stale_after`.
+        round(&freshness, 61, OTHER, 2);
+        let report = freshness.report();
+        assert!(!report.fresh);
+        assert!(
+            report
+                .reason
+                .unwrap_or_default()
+                .contains("no mark from instance 00000000000000b1"),
+            "{:?}",
+            freshness.report().reason
+        );
+        // Fresh for what is left of `stale_after` after the oldest mark's age, from the round.
+        round(&freshness, 30, OTHER, 2);
+        assert!(freshness.is_fresh());
+        std::thread::sleep(Duration::from_millis(45));
+        assert!(
+            !freshness.is_fresh(),
+            "30 ms old, then 45 ms on: past 60 ms"
+        );
+    }
+
+    #[test]
+    fn a_round_whose_ping_is_not_back_does_not_make_a_view_fresh() {
+        let freshness = reconciled("dataset/run-1");
+        std::thread::sleep(STALE_AFTER + Duration::from_millis(10));
+        assert!(!freshness.is_fresh());
+        let seq = freshness.round_sent();
+        freshness.round_replied(seq, reply(0, ME, 1));
+        assert!(
+            !freshness.is_fresh(),
+            "what the marks vouch for may still be on its way"
+        );
+        freshness.ping_back(seq);
+        assert!(freshness.is_fresh());
+        // A ping alone (its reply lost with a connection) proves nothing either.
+        std::thread::sleep(STALE_AFTER + Duration::from_millis(10));
+        let seq = freshness.round_sent();
+        freshness.ping_back(seq);
+        assert!(!freshness.is_fresh());
+    }
+
+    #[test]
+    fn a_missed_roster_change_is_read_whole() {
+        let freshness = reconciled("dataset/run-1");
+        // Our round read version 3, but only changes up to 1 reached us before its ping.
+        round(&freshness, 0, ME, 3);
+        assert!(!freshness.is_fresh());
+        assert!(freshness.roster_missed());
+        let tag = tag_of("dataset/run-1");
+        assert!(
+            freshness.roster_read(3, &[(ME, 0, tag), (OTHER, 0, tag)]),
+            "a member first seen in the roster is pulled from"
+        );
+        assert!(!freshness.roster_missed());
+        pull(&freshness);
+        round(&freshness, 0, ME, 3);
+        assert!(freshness.is_fresh());
+        // A gap in the versions heard is a missed change too.
+        freshness.member(OTHER, 1, tag, 5, true);
+        assert!(freshness.roster_missed());
+        // A smaller version than ours: Redis lost the roster.
+        freshness.roster_read(5, &[(ME, 0, tag), (OTHER, 1, tag)]);
+        pull(&freshness);
+        round(&freshness, 0, ME, 1);
+        assert!(freshness.roster_missed());
+    }
+
+    #[test]
+    fn after_redis_restarted_only_members_vouching_for_the_new_data_count() {
+        let freshness = with_other("dataset/run-1");
 
         // Redis restarted (from a dump holding the same dataset id): our pass compared every
         // segment with it.
-        freshness.reconciled_with("dataset/run-2");
+        freshness.reconciled_with("dataset/run-2", false);
         assert!(
             !freshness.is_fresh(),
-            "our own heartbeat vouches for the old data"
+            "our own entry vouches for the old data"
         );
-        beat(&freshness, ME, "dataset/run-2");
-        // The other instance's heartbeats, sent before it reconciled with the new data, do
-        // not make the view fresh however recent they are.
-        assert!(!beat(&freshness, OTHER, "dataset/run-1"));
+        freshness.member(ME, 0, tag_of("dataset/run-2"), 3, true);
+        round(&freshness, 0, ME, 3);
+        // The other instance still vouches for the old data: however recent its mark, the
+        // view is not fresh.
         let report = freshness.report();
         assert!(!report.fresh);
         assert!(
@@ -638,17 +1001,9 @@ mod tests {
             freshness.report().reason
         );
         // It reconciled (and pushed what the new data lacked): pull after it, then fresh.
-        heard_then_pulled(&freshness, OTHER, "dataset/run-2");
-    }
-
-    #[test]
-    fn a_sender_without_tags_is_trusted_on_any_data() {
-        let freshness = reconciled("dataset/run-1");
-        assert!(!freshness.heartbeat(OTHER, 0, Some(freshness.now()), None));
-        assert!(freshness.is_fresh());
-        freshness.reconciled_with("dataset/run-2");
-        beat(&freshness, ME, "dataset/run-2");
-        freshness.heartbeat(OTHER, 0, Some(freshness.now()), None);
+        assert!(freshness.member(OTHER, 0, tag_of("dataset/run-2"), 4, true));
+        pull(&freshness);
+        round(&freshness, 0, ME, 4);
         assert!(freshness.is_fresh());
     }
 
@@ -661,75 +1016,13 @@ mod tests {
         assert_eq!(tag_of("a"), 0xaf63_dc4c_8601_ec8d);
     }
 
-    /// The sender's clock runs 5 s behind ours; the fastest trip is 2 ms.
-    const BEHIND: u64 = 5_000;
-
-    #[test]
-    fn a_heartbeat_as_fast_as_the_fastest_counts_from_its_arrival() {
-        let mut transit = Transit::new(10_000);
-        for sent in (5_000..5_100).step_by(10) {
-            assert_eq!(transit.sent_at(sent, sent + BEHIND + 2), sent + BEHIND + 2);
-        }
-        // A slower one counts from when it was sent, give or take the fastest trip.
-        assert_eq!(
-            transit.sent_at(5_200, 5_200 + BEHIND + 30),
-            5_200 + BEHIND + 2
-        );
-    }
-
-    #[test]
-    fn a_held_heartbeat_counts_from_when_it_was_sent_after_any_silence() {
-        let mut transit = Transit::new(10_000);
-        transit.sent_at(5_000, 5_000 + BEHIND + 2);
-        // Silent for four windows, then what the link held arrives, oldest first.
-        let arrival = 5_000 + BEHIND + 8 * TRANSIT_WINDOW_HALF_MS;
-        for held in [5_050, 5_100, 5_150] {
-            assert_eq!(transit.sent_at(held, arrival), held + BEHIND + 2);
-        }
-        // Then heartbeats sent after the silence: at their arrival again.
-        let sent = arrival - BEHIND + 1;
-        assert_eq!(transit.sent_at(sent, sent + BEHIND + 2), sent + BEHIND + 2);
-    }
-
-    #[test]
-    fn clocks_drifting_apart_are_followed_within_a_window() {
-        // The sender's clock loses 1 ms every second (10× worse than a bad crystal).
-        let mut transit = Transit::new(0);
-        let mut late_by_most = 0;
-        for second in 0..600u64 {
-            let ours = 100_000 + second * 1_000;
-            let sent = ours - BEHIND - second;
-            let counted = transit.sent_at(sent, ours + 2);
-            late_by_most = late_by_most.max(ours + 2 - counted);
-        }
-        // Never more than the drift over a window (30 s: 30 ms) behind its arrival.
-        assert!(
-            late_by_most <= 2 * TRANSIT_WINDOW_HALF_MS / 1_000,
-            "{late_by_most}"
-        );
-    }
-
-    #[test]
-    fn a_first_heartbeat_counts_from_its_arrival_and_none_after_it() {
-        // Whatever the sender's clock reads (here far ahead of ours).
-        let mut transit = Transit::new(0);
-        assert_eq!(transit.sent_at(u64::MAX / 2, 7), 7);
-        // A faster trip than the first one's sets the new yardstick: counted at arrival.
-        assert_eq!(transit.sent_at(u64::MAX / 2 + 10, 12), 12);
-    }
-
-    /// The stale bound of [`joining`]'s instances.
-    const STALE_AFTER: Duration = Duration::from_millis(60);
-
-    /// An instance that joined: subscribed, reconciled with `data` and pulled, its own first
-    /// heartbeat not back yet; stale after [`STALE_AFTER`].
+    /// An instance that joined: subscribed, reconciled with `data` and pulled, its first
+    /// round not back yet.
     fn joining(data: &str) -> Freshness {
-        let cfg = RedisSyncBuilder::new("redis://127.0.0.1:1")
-            .heartbeat(Duration::from_millis(5))
-            .stale_after(STALE_AFTER);
-        let freshness = Freshness::new(&cfg, ME, "t");
+        let freshness = instance();
         freshness.subscribed();
-        freshness.reconciled_with(data);
+        freshness.roster_read(0, &[]);
+        freshness.reconciled_with(data, false);
         pull(&freshness);
         freshness
     }
@@ -757,7 +1050,8 @@ mod tests {
             Some(true),
             "still joining after stale_after"
         );
-        beat(&freshness, ME, "dataset/run-1");
+        freshness.member(ME, 0, tag_of("dataset/run-1"), 1, true);
+        round(&freshness, 0, ME, 1);
         assert_eq!(warned(&freshness), None);
         assert!(freshness.is_fresh());
         assert_eq!(freshness.report().periods, 1);
@@ -766,20 +1060,19 @@ mod tests {
     #[test]
     fn a_pull_under_way_is_not_warned_about_and_silence_is_at_once() {
         let freshness = joining("dataset/run-1");
-        beat(&freshness, ME, "dataset/run-1");
-        assert_eq!(warned(&freshness), None, "its first heartbeat came back");
+        freshness.member(ME, 0, tag_of("dataset/run-1"), 1, true);
+        round(&freshness, 0, ME, 1);
+        assert_eq!(warned(&freshness), None, "its first round came back");
         // A newcomer is heard: pull from it first.
-        assert!(beat(&freshness, OTHER, "dataset/run-1"));
+        assert!(freshness.member(OTHER, 0, tag_of("dataset/run-1"), 2, true));
         assert_eq!(warned(&freshness), Some(false), "a pull under way");
         pull(&freshness);
+        round(&freshness, 0, OTHER, 2);
         assert_eq!(warned(&freshness), None);
-        // Then every heartbeat stops: stale once `stale_after` has passed, and warned at once.
+        // Then no round comes back: stale once `stale_after` has passed, and warned at once.
         std::thread::sleep(STALE_AFTER + Duration::from_millis(20));
         assert_eq!(warned(&freshness), Some(true));
         let reason = freshness.report().reason.unwrap_or_default();
-        assert!(
-            reason.contains("no heartbeat from") || reason.contains("have not come back for"),
-            "{reason}"
-        );
+        assert!(reason.contains("have not come back for"), "{reason}");
     }
 }

@@ -106,8 +106,8 @@ impl Inner {
         self.cfg.lock_ttl.as_millis().max(1) as u64
     }
 
-    /// How recent a heartbeat in the member set must be for a rebuild to wait for that
-    /// instance's acknowledgement.
+    /// How recent an instance's last reconciliation in the member set must be for a rebuild
+    /// to wait for its acknowledgement.
     pub(super) fn liveness_ms(&self) -> u64 {
         (self.cfg.reconcile_every.as_millis() as u64)
             .saturating_mul(3)

@@ -7,9 +7,10 @@
 //! * [`hooks`]: the filter's insert and commit hooks, its rejection override (the stale
 //!   policy) and its external rebuild, installed while synchronised.
 //! * [`publisher`]: queues this instance's inserts and commits (`Outbox`), writes them to Redis
-//!   and publishes them, followed by a heartbeat; [`RedisSync::propagated`] waits on it.
-//! * [`subscriber`]: receives the other instances' bits, heartbeats and announcements.
-//! * [`freshness`]: from the heartbeats, whether this instance's view may be missing inserts
+//!   and publishes them, followed by a mark round; [`RedisSync::propagated`] waits on it.
+//! * [`subscriber`]: receives the other instances' bits, roster changes and announcements,
+//!   and this instance's own pings.
+//! * [`freshness`]: from the marks, whether this instance's view may be missing inserts
 //!   made elsewhere, and what a would-be rejection does then ([`StalePolicy`](crate::StalePolicy))
 //!   (`Freshness`).
 //! * [`reconcile`]: the periodic two-way merge with Redis, when it runs and what it compares

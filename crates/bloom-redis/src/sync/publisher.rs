@@ -1,14 +1,14 @@
 //! This instance's side of propagation: queue the bits of every insert (and the digest of
 //! every committed key), write them to Redis and publish them in batches, each batch followed
-//! by a heartbeat; and a heartbeat every `heartbeat` when idle.
+//! by a mark round (see [`freshness`](super::freshness)); and a mark round every `heartbeat`
+//! when idle.
 //!
-//! A heartbeat means "every insert I made before this message was published before it": a
-//! receiver holding it holds those inserts (one connection, so Redis delivers in order). A
-//! batch that fails stays queued and is retried before anything newer, so no heartbeat ever
-//! overtakes unpublished bits. If the queue overflows while Redis is unreachable, its bits
-//! are dropped (they are in the local filter): heartbeats stop until reconciliation has
-//! pushed them into the segments, then resume with a bumped *resync epoch* that tells the
-//! receivers to pull before trusting us again.
+//! A mark means "every insert I made before it was published before it": a batch that
+//! fails stays queued and is retried before anything newer, so no mark ever overtakes
+//! unpublished bits. If the queue overflows while Redis is unreachable, its bits are dropped
+//! (they are in the local filter): this instance stops vouching until reconciliation has
+//! pushed them into the segments, then vouches again with a bumped *resync epoch* that tells
+//! the others to pull before trusting it.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{
@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use bloom_core::BloomFilter;
 use tokio::sync::{Notify, watch};
 
+use super::freshness::RoundReply;
 use super::inner::{Inner, lock};
 use crate::Error;
 #[cfg(feature = "metrics")]
@@ -42,10 +43,13 @@ pub(super) struct Outbox {
     wake: Notify,
     /// The highest insert number published (with everything before it).
     published: watch::Sender<u64>,
-    /// Set when queued bits were dropped: no heartbeat until reconciliation pushed them.
+    /// Set when queued bits were dropped: no mark until reconciliation pushed them.
     needs_push: AtomicBool,
-    /// Bumped each time such a push completes; sent in every heartbeat.
+    /// Bumped each time such a push completes; announced in the roster.
     epoch: AtomicU64,
+    /// Redis's time in the last mark round's reply, and when that reply arrived: Redis's
+    /// time has passed `redis_ms + arrived.elapsed()` since (the claim of the next mark).
+    clock: Mutex<Option<(u64, Instant)>>,
 }
 
 impl Default for Outbox {
@@ -56,6 +60,7 @@ impl Default for Outbox {
             published: watch::Sender::new(0),
             needs_push: AtomicBool::new(false),
             epoch: AtomicU64::new(0),
+            clock: Mutex::new(None),
         }
     }
 }
@@ -181,17 +186,23 @@ impl Inner {
     /// a heartbeat alone every `heartbeat` otherwise.
     pub(super) async fn publisher(self: Arc<Self>) {
         let mut failed: Option<Batch> = None;
+        // The first round at once: joining waits for it.
+        let mut first = true;
         loop {
-            tokio::select! {
-                () = self.outbox.wake.notified() => {}
-                () = tokio::time::sleep(self.cfg.heartbeat) => {}
+            if !std::mem::take(&mut first) {
+                tokio::select! {
+                    () = self.outbox.wake.notified() => {}
+                    () = tokio::time::sleep(self.cfg.heartbeat) => {}
+                }
             }
             let retrying = failed.is_some();
             let mut batch = failed.take().unwrap_or_default();
+            // Before the batch is taken: every insert made before it is in the batch or was
+            // published before.
+            let claim = self.claim();
             batch.append(std::mem::take(&mut lock(&self.outbox.queue).batch));
             let heartbeat = !self.outbox.needs_push.load(Acquire);
-            if batch.bits.is_empty() && batch.digests.is_empty() && !(heartbeat && self.cfg.pubsub)
-            {
+            if batch.bits.is_empty() && batch.digests.is_empty() && !self.cfg.pubsub {
                 continue;
             }
             // After a failure, a PING first, and the batch only once Redis answers it: a
@@ -201,11 +212,11 @@ impl Inner {
             // converge after a hang: `writers_and_readers_through_every_fault`, `tests/fleet.rs`.)
             let result = if retrying {
                 match self.ping().await {
-                    Ok(()) => self.publish_batch(&mut batch, heartbeat).await,
+                    Ok(()) => self.publish_batch(&mut batch, heartbeat, claim).await,
                     Err(error) => Err(error),
                 }
             } else {
-                self.publish_batch(&mut batch, heartbeat).await
+                self.publish_batch(&mut batch, heartbeat, claim).await
             };
             match result {
                 Ok(()) => {
@@ -260,10 +271,16 @@ impl Inner {
     }
 
     /// Writes the batch's bits (one atomic script per group: the bits and the version
-    /// bumps), then publishes them with the versions they left, the commits and (if
-    /// `heartbeat`) a heartbeat, in that order on one node: a receiver of the heartbeat has
-    /// received everything before it, and finds the bits in Redis.
-    async fn publish_batch(&self, batch: &mut Batch, heartbeat: bool) -> Result<(), Error> {
+    /// bumps), then publishes them with the versions they left and the commits, then runs a
+    /// mark round (vouching for `claim` if `vouch`), in that order on one node: a receiver of
+    /// anything the round publishes has received everything before it, and finds the bits in
+    /// Redis.
+    async fn publish_batch(
+        &self,
+        batch: &mut Batch,
+        vouch: bool,
+        claim: Option<u64>,
+    ) -> Result<(), Error> {
         let mut writes = Vec::new();
         for (&generation, bits) in &mut batch.bits {
             bits.sort_unstable();
@@ -315,9 +332,6 @@ impl Inner {
         if self.cfg.pubsub {
             let channel = self.keys.channel();
             let mut pipe = redis::pipe();
-            // A key in the `{prefix}` slot routes the whole pipeline, on a cluster, to one
-            // node: the messages then reach every subscriber in this order.
-            pipe.cmd("EXISTS").arg(self.keys.config()).ignore();
             for (&generation, bits) in &batch.bits {
                 let message = messages.entry(generation).or_default();
                 message.bits.clone_from(bits);
@@ -329,15 +343,35 @@ impl Inner {
                 let message = protocol::encode(Kind::Committed, self.id, 0, &batch.digests);
                 pipe.cmd("PUBLISH").arg(&channel).arg(message).ignore();
             }
-            if heartbeat {
-                let epoch = self.outbox.epoch.load(Relaxed);
-                let sent = self.freshness.now();
-                let tag = self.freshness.vouched();
-                let message = protocol::encode(Kind::Tick, self.id, 0, &[epoch, sent, tag]);
-                pipe.cmd("PUBLISH").arg(&channel).arg(message).ignore();
-            }
+            // The round's key routes the whole pipeline, on a cluster, to the `{prefix}`
+            // slot's node: what it publishes reaches every subscriber in this order.
+            let seq = self.freshness.round_sent();
+            let (vouched, pushed) = self.freshness.vouched();
+            let script = scripts::mark();
+            let mut round = self.roster_invocation(&script);
+            round
+                .arg(claim.map_or_else(String::new, |claim| claim.to_string()))
+                .arg(if vouch { "1" } else { "0" })
+                .arg(self.cfg.member_timeout.as_millis() as u64)
+                .arg(self.outbox.epoch.load(Relaxed))
+                .arg(format!("{vouched:016x}"))
+                .arg(&channel)
+                .arg(self.keys.ping_channel(self.id))
+                .arg(seq)
+                .arg(if pushed { "1" } else { "0" });
+            pipe.invoke_script(&round);
             let mut conn = self.conn.clone();
-            pipe.query_async::<()>(&mut conn).await?;
+            let reply: RoundReply = match pipe.query_async::<(RoundReply,)>(&mut conn).await {
+                Ok((reply,)) => reply,
+                // Redis does not hold the script (restarted, or flushed its scripts): the
+                // messages above were published; the round runs alone, after them.
+                Err(error) if error.kind() == redis::ErrorKind::NoScriptError => {
+                    round.invoke_async(&mut conn).await?
+                }
+                Err(error) => return Err(error.into()),
+            };
+            *lock(&self.outbox.clock) = Some((reply.now, Instant::now()));
+            self.freshness.round_replied(seq, reply);
         }
         // What this instance holds of those segments moved with its own writes.
         for (generation, message) in &messages {
@@ -347,17 +381,39 @@ impl Inner {
         Ok(())
     }
 
-    /// Tells the others this instance is leaving (best effort, bounded).
+    /// `script` over the marks, the roster and its version, with this instance's id first.
+    fn roster_invocation<'a>(&self, script: &'a redis::Script) -> redis::ScriptInvocation<'a> {
+        let mut invocation = script.prepare_invoke();
+        invocation
+            .key(self.keys.marks())
+            .key(self.keys.roster())
+            .key(self.keys.roster_version())
+            .arg(format!("{:016x}", self.id));
+        invocation
+    }
+
+    /// The claim of a mark round sent now: a time Redis's clock has passed (`None` before
+    /// the first reply).
+    fn claim(&self) -> Option<u64> {
+        lock(&self.outbox.clock)
+            .map(|(redis_ms, arrived)| redis_ms + arrived.elapsed().as_millis() as u64)
+    }
+
+    /// Leaves the roster, telling the others to stop waiting for this instance (best effort,
+    /// bounded).
     pub(super) async fn publish_leaving(&self) {
         if !self.cfg.pubsub {
             return;
         }
         let mut conn = self.conn.clone();
-        let message = protocol::encode(Kind::Leaving, self.id, 0, &[]);
-        let mut publish = redis::cmd("PUBLISH");
-        publish.arg(self.keys.channel()).arg(message);
-        let publish = publish.query_async::<()>(&mut conn);
-        let _ = tokio::time::timeout(self.cfg.response_timeout, publish).await;
+        let script = scripts::leave();
+        let mut leave = self.roster_invocation(&script);
+        leave.arg(self.keys.channel());
+        let _ = tokio::time::timeout(
+            self.cfg.response_timeout,
+            leave.invoke_async::<()>(&mut conn),
+        )
+        .await;
     }
 }
 

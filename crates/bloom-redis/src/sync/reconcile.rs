@@ -230,12 +230,12 @@ impl Inner {
         }
         let mut report = result?;
         // Every bit held here is now in this Redis data too (a first pass against it
-        // compared every segment): our heartbeats may vouch for it.
+        // compared every segment): our marks may vouch for it.
         if let Some(incarnation) = lock(&own.incarnation).clone() {
             // On a cluster, also every node the groups were read from (none on one Redis).
             let nodes = self.ledger.nodes();
             self.freshness
-                .reconciled_with(&format!("{incarnation}|{nodes}"));
+                .reconciled_with(&format!("{incarnation}|{nodes}"), report.bytes_pushed > 0);
         }
         self.freshness.pulled(pull_started);
         self.outbox.pushed(push_owed, push_covers);

@@ -36,7 +36,7 @@ use crate::{Error, Rebuilt, ReconcileReport, RedisStats, RedisSyncBuilder};
 ///
 /// Dropping it (or [`shutdown`](Self::shutdown)) stops the synchronisation; the filter keeps
 /// serving locally. [`leave`](Self::leave) does the same after telling the other instances,
-/// so that they do not wait for this one's heartbeats.
+/// so that they do not wait for this one's marks.
 ///
 /// It is not `Clone`: one synchronisation per filter, stopped when dropped. Share it through
 /// an [`Arc`] — in axum's `State`, or with the task that calls `leave` on shutdown (the
@@ -143,8 +143,8 @@ impl<K: ?Sized> RedisSync<K> {
             tasks: Mutex::new(tasks),
             filter: typed.clone(),
         };
-        // Serve fresh from the start where possible: the subscription, its catch-up pull and
-        // our own first heartbeat take a few milliseconds. Bounded: a Redis that stalls right
+        // Serve fresh from the start where possible: the subscription, its catch-up pull, the
+        // roster and our first mark round take a few milliseconds. Bounded: a Redis that stalls right
         // now leaves us stale, which the policy handles.
         if sync.inner.cfg.pubsub {
             let deadline = tokio::time::Instant::now() + sync.inner.cfg.stale_after;
@@ -215,6 +215,8 @@ impl<K: ?Sized> RedisSync<K> {
             stale_let_through: view.let_through,
             stale_rejected: view.rejected,
             instances: view.instances,
+            mark_rounds: view.rounds,
+            roster_reads: view.roster_reads,
             not_propagated: c.not_propagated.load(Relaxed),
             following: inner.following.load(Relaxed),
         }
@@ -230,7 +232,7 @@ impl<K: ?Sized> RedisSync<K> {
     ///
     /// [`Error::NotPropagated`] on timeout: the keys are in the local filter and will be
     /// pushed when Redis answers; the other instances, no longer hearing this one's
-    /// heartbeats, have gone (or are about to go) stale, so their
+    /// marks, have gone (or are about to go) stale, so their
     /// [`StalePolicy`](crate::StalePolicy) applies. Committing anyway is safe under the default
     /// policy; a service that prefers to refuse the create can do so here.
     ///
@@ -429,7 +431,7 @@ impl<K: ?Sized> RedisSync<K> {
 
     /// Publishes what is queued (bounded by the publish timeout), [`shutdown`](Self::shutdown)s,
     /// then tells the other instances this one is leaving (so they stop waiting for its
-    /// heartbeats at once instead of after `member_timeout`). Call it on a clean shutdown
+    /// marks at once instead of after `member_timeout`). Call it on a clean shutdown
     /// (SIGTERM).
     ///
     /// ```no_run
@@ -440,7 +442,7 @@ impl<K: ?Sized> RedisSync<K> {
     /// ```
     pub async fn leave(&self) {
         let _ = self.propagated().await;
-        // Stop publishing before the goodbye: a heartbeat sent after it would make the others
+        // Stop publishing before the goodbye: a mark set after it would make the others
         // wait for this instance again, until `member_timeout`.
         self.inner.remove_hooks();
         let tasks: Vec<_> = lock(&self.tasks).drain(..).collect();

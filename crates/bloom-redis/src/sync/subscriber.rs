@@ -1,5 +1,6 @@
-//! The other instances' side of propagation: bits, heartbeats, commits and announcements
-//! arrive on the channel.
+//! The other instances' side of propagation: bits, commits, roster changes and
+//! announcements arrive on the channel, and this instance's own mark rounds' pings on its
+//! own.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -13,10 +14,11 @@ use crate::protocol::{self, BitsMessage, Kind};
 impl Inner {
     /// Receives the channel through `client` (on a cluster: a connection to the node named by
     /// the URL; a message published on any node reaches it); reconnects forever. A subscription that stays silent for twice
-    /// `stale_after` (not even our own heartbeats come back) is dropped and made again: a
+    /// `stale_after` (not even our own pings come back) is dropped and made again: a
     /// connection to a hung or partitioned Redis may never report an error.
     pub(super) async fn subscriber(self: Arc<Self>, client: redis::Client) {
         let channel = self.keys.channel();
+        let pings = self.keys.ping_channel(self.id);
         let silence = self.cfg.stale_after * 2;
         let mut first = true;
         loop {
@@ -24,9 +26,11 @@ impl Inner {
                 tokio::time::timeout(self.cfg.response_timeout, client.get_async_pubsub()).await;
             match connected {
                 Ok(Ok(mut pubsub)) => {
-                    let subscribed =
-                        tokio::time::timeout(self.cfg.response_timeout, pubsub.subscribe(&channel))
-                            .await;
+                    let subscribed = tokio::time::timeout(
+                        self.cfg.response_timeout,
+                        pubsub.subscribe(&[channel.as_str(), pings.as_str()]),
+                    )
+                    .await;
                     if matches!(subscribed, Ok(Ok(()))) {
                         // Anything published while we were not subscribed: pull it (after a
                         // resubscription, by a full pass: the gap's writes may include ones
@@ -65,15 +69,34 @@ impl Inner {
         };
         let mine = message.sender == self.id;
         match message.kind {
-            // Our own heartbeats count: they prove our publishing and subscription work.
-            Kind::Tick => {
-                let epoch = message.words.first().copied().unwrap_or(0);
-                let sent = message.words.get(1).copied();
-                let tag = message.words.get(2).copied();
-                if self.freshness.heartbeat(message.sender, epoch, sent, tag) {
+            // Our own rounds' pings (only we hear them) and our own announcements count: they
+            // prove our publishing and subscription work.
+            Kind::Ping if mine => {
+                if let Some(&seq) = message.words.first() {
+                    self.freshness.ping_back(seq);
+                }
+            }
+            Kind::Member => {
+                let [epoch, tag, version, pushed] = message.words[..] else {
+                    tracing::warn!(prefix = %self.prefix, "ignored a malformed message on the channel");
+                    return;
+                };
+                if self
+                    .freshness
+                    .member(message.sender, epoch, tag, version, pushed == 1)
+                {
                     self.reconciliation.wake();
                 }
             }
+            Kind::Leaving => {
+                let [version, expired] = message.words[..] else {
+                    tracing::warn!(prefix = %self.prefix, "ignored a malformed message on the channel");
+                    return;
+                };
+                self.freshness.left(message.sender, version, expired == 1);
+            }
+            // The heartbeats of the protocol before marks, and others' pings: not ours to count.
+            Kind::Tick | Kind::Ping => {}
             _ if mine => {}
             Kind::Bits => {
                 self.counters.received.fetch_add(1, Relaxed);
@@ -95,7 +118,6 @@ impl Inner {
                     self.filter.forget_remote(digest);
                 }
             }
-            Kind::Leaving => self.freshness.leaving(message.sender),
             Kind::Building | Kind::Switched => self.reconciliation.wake(),
         }
     }
