@@ -38,7 +38,7 @@ const SEED: u128 = 0xf1ee_7f1e_e7f1_ee7f_1ee7_f1ee_7f1e_e7f1;
 const HANG: Duration = Duration::from_secs(20);
 const HEARTBEAT: Duration = Duration::from_millis(50);
 const STALE_AFTER: Duration = Duration::from_millis(400);
-const LOCK_TTL: Duration = Duration::from_millis(300);
+const LOCK_TTL: Duration = Duration::from_secs(1);
 
 static ONE_FLEET_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -1046,7 +1046,8 @@ async fn a_rebuild_whose_source_takes_ten_lock_ttls_succeeds() {
         move || {
             let snapshot = db.lock().unwrap().clone();
             futures_util::stream::iter(snapshot).then(|key| async move {
-                tokio::time::sleep(Duration::from_millis(10)).await;
+                // 300 keys outlast ten lock TTLs.
+                tokio::time::sleep(LOCK_TTL / 28).await;
                 Ok::<_, Infallible>(key)
             })
         }
