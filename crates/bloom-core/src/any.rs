@@ -1,34 +1,41 @@
-//! [`AnyFilter`]: one of the three filters, for code that serves whichever the user chose
+//! [`AnyFilter`]: one of the four filters, for code that serves whichever the user chose
 //! (a shared handle, a snapshot on disk) and reads back whichever a file holds (that
 //! reading, by the header's kind byte, is in `format/any.rs`).
 
 use std::fmt;
 
-use crate::{BloomFilter, CountingBloomFilter, Key, Layout, ScalableBloomFilter};
+use crate::{
+    BloomFilter, CountingBloomFilter, CuckooFilter, FilterFull, Key, Layout, ScalableBloomFilter,
+};
 
 /// Forwards to the filter inside whichever variant `$self` is: `$f` names it in `$body`.
 /// Used by every method that does the same thing for each kind; the few whose arms differ
-/// (`remove`, `kind`, the `as_*` accessors, `capacity`, `num_bits`, `fill_ratio`) match by hand.
+/// (`insert`, `remove`, `kind`, the `as_*` accessors, `layout`, `capacity`, `num_bits`, the
+/// estimates) match by hand.
 macro_rules! dispatch {
     ($self:expr, $f:ident => $body:expr) => {
         match $self {
             AnyFilter::Plain($f) => $body,
             AnyFilter::Counting($f) => $body,
             AnyFilter::Scalable($f) => $body,
+            AnyFilter::Cuckoo($f) => $body,
         }
     };
 }
 
-/// A [`BloomFilter`], a [`CountingBloomFilter`] or a [`ScalableBloomFilter`].
+/// A [`BloomFilter`], a [`CountingBloomFilter`], a [`ScalableBloomFilter`] or a
+/// [`CuckooFilter`].
 ///
 /// Every variant inserts and answers lookups with the same keyed hashing and the same
-/// "never a false negative" contract; they differ in what else they can do:
+/// "never a false negative" contract; they differ in what else they can do (the measured
+/// memory of each: `benches/README.md`):
 ///
-/// | variant  | memory                          | can remove | needs the key count up front |
-/// |----------|---------------------------------|------------|------------------------------|
-/// | plain    | ≈ 10 bits per key at p = 1%     | no         | yes                          |
-/// | counting | 4× plain (a 4-bit counter a bit) | yes       | yes                          |
-/// | scalable | more than plain: each new stage is sized for a stricter rate, and the newest is partly empty | no | no: it adds stages |
+/// | variant  | memory at p = 1 %                | can remove | needs the key count up front | merges (bit OR, Redis sharing) |
+/// |----------|----------------------------------|------------|------------------------------|-------|
+/// | plain    | ≈ 10 bits per key                | no         | yes                          | yes   |
+/// | counting | 4× plain (a 4-bit counter a bit) | yes        | yes                          | no    |
+/// | scalable | more than plain: each new stage is sized for a stricter rate, and the newest is partly empty | no | no: it adds stages | no |
+/// | cuckoo   | ≈ 9.5 bits per key (fewer than plain below p ≈ 3 %) | yes | yes: a full one refuses inserts ([`try_insert`](Self::try_insert)) | no |
 ///
 /// [`read_from`](Self::read_from) reads a file of any kind.
 ///
@@ -49,6 +56,8 @@ pub enum AnyFilter {
     Counting(CountingBloomFilter),
     /// A list of plain filters that grows as keys arrive.
     Scalable(ScalableBloomFilter),
+    /// Fingerprints in buckets: supports [`remove`](Self::remove), refuses inserts when full.
+    Cuckoo(CuckooFilter),
 }
 
 impl AnyFilter {
@@ -62,9 +71,37 @@ impl AnyFilter {
     /// assert!(!f.insert("a")); // already (maybe) present
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    ///
+    /// A cuckoo filter stores the key again (each insert is undone by one
+    /// [`remove`](Self::remove)) and returns `true`; if it is full it stores nothing and
+    /// returns `false`, which [`try_insert`](Self::try_insert) tells apart: call that
+    /// wherever the filter may be a cuckoo filter.
     #[inline]
     pub fn insert<K: Key + ?Sized>(&self, key: &K) -> bool {
-        dispatch!(self, f => f.insert(key))
+        self.try_insert(key).unwrap_or(false)
+    }
+
+    /// [`insert`](Self::insert), with a full cuckoo filter's refusal as an error; the Bloom
+    /// kinds never fail.
+    ///
+    /// ```
+    /// use bloom_core::{AnyFilter, CuckooFilter};
+    ///
+    /// let f = AnyFilter::from(CuckooFilter::builder().buckets(1).fingerprint_bits(8).build()?);
+    /// for key in 0..4u64 {
+    ///     assert_eq!(f.try_insert(&key), Ok(true));
+    /// }
+    /// assert!(f.try_insert(&4u64).is_err()); // full: nothing stored, nothing lost
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn try_insert<K: Key + ?Sized>(&self, key: &K) -> Result<bool, FilterFull> {
+        match self {
+            Self::Plain(f) => Ok(f.insert(key)),
+            Self::Counting(f) => Ok(f.insert(key)),
+            Self::Scalable(f) => Ok(f.insert(key)),
+            Self::Cuckoo(f) => f.insert(key).map(|()| true),
+        }
     }
 
     /// `false` means `key` was definitely never inserted.
@@ -82,9 +119,10 @@ impl AnyFilter {
         dispatch!(self, f => f.contains(key))
     }
 
-    /// Removes one insertion of `key` from a counting filter (see
-    /// [`CountingBloomFilter::remove`]): `Some(true)` if removed, `Some(false)` if refused
-    /// because `key` is definitely absent, `None` if this kind of filter cannot remove.
+    /// Removes one insertion of `key` from a counting or cuckoo filter (see
+    /// [`CountingBloomFilter::remove`], [`CuckooFilter::remove`]): `Some(true)` if removed,
+    /// `Some(false)` if refused because `key` is definitely absent, `None` if this kind of
+    /// filter cannot remove.
     ///
     /// ```
     /// use bloom_core::{AnyFilter, BloomFilter, CountingBloomFilter, ScalableBloomFilter};
@@ -98,14 +136,28 @@ impl AnyFilter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn remove<K: Key + ?Sized>(&self, key: &K) -> Option<bool> {
-        // Not `dispatch!`: only a counting filter can remove.
+        // Not `dispatch!`: only a counting or a cuckoo filter can remove.
         match self {
             Self::Counting(f) => Some(f.remove(key)),
+            Self::Cuckoo(f) => Some(f.remove(key)),
             Self::Plain(_) | Self::Scalable(_) => None,
         }
     }
 
-    /// "plain", "counting" or "scalable": for logs and metric labels.
+    /// Whether [`remove`](Self::remove) can take keys out: a counting or a cuckoo filter.
+    ///
+    /// ```
+    /// use bloom_core::{AnyFilter, BloomFilter, CuckooFilter};
+    ///
+    /// assert!(AnyFilter::from(CuckooFilter::new(100, 0.01)?).can_remove());
+    /// assert!(!AnyFilter::from(BloomFilter::new(100, 0.01)?).can_remove());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn can_remove(&self) -> bool {
+        matches!(self, Self::Counting(_) | Self::Cuckoo(_))
+    }
+
+    /// "plain", "counting", "scalable" or "cuckoo": for logs and metric labels.
     ///
     /// ```
     /// use bloom_core::{AnyFilter, BloomFilter, CountingBloomFilter, ScalableBloomFilter};
@@ -121,6 +173,7 @@ impl AnyFilter {
             Self::Plain(_) => "plain",
             Self::Counting(_) => "counting",
             Self::Scalable(_) => "scalable",
+            Self::Cuckoo(_) => "cuckoo",
         }
     }
 
@@ -174,7 +227,24 @@ impl AnyFilter {
         }
     }
 
-    /// The layout (of every stage, for a scalable filter).
+    /// The cuckoo filter, if this is one.
+    ///
+    /// ```
+    /// use bloom_core::{AnyFilter, CuckooFilter};
+    ///
+    /// let f = AnyFilter::from(CuckooFilter::new(100, 0.01)?);
+    /// assert_eq!(f.as_cuckoo().map(|c| c.fingerprint_bits()), Some(10));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn as_cuckoo(&self) -> Option<&CuckooFilter> {
+        match self {
+            Self::Cuckoo(f) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// The Bloom layout (of every stage, for a scalable filter); `None` for a cuckoo filter,
+    /// which has none.
     ///
     /// ```
     /// use bloom_core::{AnyFilter, BloomFilter, Layout};
@@ -186,11 +256,16 @@ impl AnyFilter {
     ///         .layout(Layout::Classic)
     ///         .build()?,
     /// );
-    /// assert_eq!(f.layout(), Layout::Classic);
+    /// assert_eq!(f.layout(), Some(Layout::Classic));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn layout(&self) -> Layout {
-        dispatch!(self, f => f.layout())
+    pub fn layout(&self) -> Option<Layout> {
+        match self {
+            Self::Plain(f) => Some(f.layout()),
+            Self::Counting(f) => Some(f.layout()),
+            Self::Scalable(f) => Some(f.layout()),
+            Self::Cuckoo(_) => None,
+        }
     }
 
     /// The secret hash key. Never log it.
@@ -221,6 +296,7 @@ impl AnyFilter {
         match self {
             Self::Plain(f) => f.capacity(),
             Self::Counting(f) => f.capacity(),
+            Self::Cuckoo(f) => f.capacity(),
             Self::Scalable(_) => None,
         }
     }
@@ -241,7 +317,8 @@ impl AnyFilter {
         dispatch!(self, f => f.target_fpr())
     }
 
-    /// Bits (slots, for a counting filter; summed over stages, for a scalable one).
+    /// Bits (slots, for a counting filter; summed over stages, for a scalable one; the
+    /// buckets' bits, `m·(4f − 4)`, for a cuckoo filter).
     ///
     /// ```
     /// use bloom_core::{AnyFilter, BloomFilter, CountingBloomFilter, ScalableBloomFilter};
@@ -256,6 +333,7 @@ impl AnyFilter {
             Self::Plain(f) => f.num_bits(),
             Self::Counting(f) => f.num_slots(),
             Self::Scalable(f) => f.num_bits(),
+            Self::Cuckoo(f) => f.num_buckets() * u64::from(4 * f.fingerprint_bits() - 4),
         }
     }
 
@@ -274,7 +352,8 @@ impl AnyFilter {
         dispatch!(self, f => f.size_in_bytes())
     }
 
-    /// The fraction of bits set (non-zero counters; over all stages). One scan.
+    /// The fraction of bits set (non-zero counters; over all stages; slots used, for a
+    /// cuckoo filter). One scan (none for a cuckoo filter).
     ///
     /// ```
     /// use bloom_core::{AnyFilter, BloomFilter, CountingBloomFilter, ScalableBloomFilter};
@@ -291,10 +370,12 @@ impl AnyFilter {
             Self::Plain(f) => f.fill_ratio(),
             Self::Counting(f) => f.fill_ratio(),
             Self::Scalable(f) => f.count_ones() as f64 / f.num_bits() as f64,
+            Self::Cuckoo(f) => f.load_factor(),
         }
     }
 
-    /// Distinct keys, estimated from the bits (one scan).
+    /// Distinct keys, estimated from the bits (one scan); a cuckoo filter's exact count of
+    /// fingerprints (no scan).
     ///
     /// ```
     /// use bloom_core::{AnyFilter, BloomFilter, CountingBloomFilter, ScalableBloomFilter};
@@ -307,7 +388,12 @@ impl AnyFilter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn estimated_items(&self) -> f64 {
-        dispatch!(self, f => f.estimated_items())
+        match self {
+            Self::Plain(f) => f.estimated_items(),
+            Self::Counting(f) => f.estimated_items(),
+            Self::Scalable(f) => f.estimated_items(),
+            Self::Cuckoo(f) => f.len() as f64,
+        }
     }
 
     /// The false-positive rate the bits imply now (one scan).
@@ -346,6 +432,12 @@ impl From<ScalableBloomFilter> for AnyFilter {
     }
 }
 
+impl From<CuckooFilter> for AnyFilter {
+    fn from(filter: CuckooFilter) -> Self {
+        Self::Cuckoo(filter)
+    }
+}
+
 impl fmt::Debug for AnyFilter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         dispatch!(self, filter => fmt::Debug::fmt(filter, f))
@@ -358,7 +450,7 @@ mod tests {
     use crate::DecodeError;
     use crate::format::KIND_OFFSET;
 
-    fn each_kind() -> [AnyFilter; 3] {
+    fn each_kind() -> [AnyFilter; 4] {
         [
             BloomFilter::builder()
                 .expected_items(1_000)
@@ -375,6 +467,13 @@ mod tests {
                 .unwrap()
                 .into(),
             ScalableBloomFilter::builder(100, 0.01)
+                .seed(3)
+                .build()
+                .unwrap()
+                .into(),
+            CuckooFilter::builder()
+                .expected_items(1_000)
+                .false_positive_rate(0.01)
                 .seed(3)
                 .build()
                 .unwrap()
@@ -420,11 +519,14 @@ mod tests {
     }
 
     #[test]
-    fn only_a_counting_filter_removes() {
-        let [plain, counting, scalable] = each_kind();
-        for filter in [&plain, &counting, &scalable] {
+    fn only_a_counting_or_cuckoo_filter_removes() {
+        let [plain, counting, scalable, cuckoo] = each_kind();
+        for filter in [&plain, &counting, &scalable, &cuckoo] {
             filter.insert("k");
         }
+        assert_eq!(cuckoo.remove("k"), Some(true));
+        assert!(!cuckoo.contains("k"));
+        assert_eq!(cuckoo.remove("k"), Some(false));
         assert_eq!(plain.remove("k"), None);
         assert_eq!(scalable.remove("k"), None);
         assert_eq!(counting.remove("k"), Some(true));

@@ -91,6 +91,38 @@ pub enum BuildError {
     /// cause is the error's [`source`](std::error::Error::source)).
     #[error("could not draw a random hash key from the operating system: set one with .seed(..)")]
     Random(#[source] getrandom::Error),
+    /// A cuckoo filter's rate below what its widest fingerprint (17 bits) reaches.
+    #[error(
+        "a cuckoo filter reaches a false-positive rate of {min:.1e} at the lowest (17-bit fingerprints), not {fpr}: raise the rate, or use a Bloom filter"
+    )]
+    CuckooRateTooLow {
+        /// The requested rate.
+        fpr: f64,
+        /// The lowest rate a cuckoo filter is sized for.
+        min: f64,
+    },
+    /// A cuckoo filter's fingerprint width outside the supported range.
+    #[error("fingerprint bits must be from {min} to {max}, got {bits}")]
+    FingerprintBits {
+        /// The requested width.
+        bits: u32,
+        /// The narrowest.
+        min: u32,
+        /// The widest.
+        max: u32,
+    },
+    /// A cuckoo filter's `buckets` without `fingerprint_bits`.
+    #[error("buckets given without a fingerprint width: call .fingerprint_bits(f), e.g. 12")]
+    MissingFingerprintBits,
+    /// A cuckoo filter sized both ways (`expected_items` and `buckets`, or
+    /// `false_positive_rate` and `fingerprint_bits`).
+    #[error(
+        "size a cuckoo filter one way: .expected_items(n) with .false_positive_rate(p), or .buckets(m) with .fingerprint_bits(f)"
+    )]
+    ConflictingCuckooSize,
+    /// An explicit cuckoo filter of 0 buckets.
+    #[error("number of buckets must be at least 1")]
+    ZeroBuckets,
 }
 
 /// Configures and builds a filter of kind `F`: a [`BloomFilter`] (the default) from

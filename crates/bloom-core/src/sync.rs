@@ -1,6 +1,17 @@
-//! Atomics used by the bit array: std's normally, loom's when model-checking (`--cfg loom`).
+//! Atomics used by the bit array and the cuckoo table: std's normally, loom's when
+//! model-checking (`--cfg loom`).
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicU64, Ordering, fence};
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{AtomicU64, Ordering, fence};
+
+/// One turn of a wait for another thread: a CPU hint normally, a yield to loom's scheduler
+/// when model-checking (a loom model must not spin without yielding).
+#[inline]
+pub(crate) fn spin() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    std::hint::spin_loop();
+}

@@ -5,7 +5,7 @@ use std::io::{self, Read, Write};
 
 use super::header::{FilterKind, KIND_OFFSET, kind_at};
 use super::{DecodeError, read_up_to};
-use crate::{AnyFilter, BloomFilter, CountingBloomFilter, ScalableBloomFilter};
+use crate::{AnyFilter, BloomFilter, CountingBloomFilter, CuckooFilter, ScalableBloomFilter};
 
 impl AnyFilter {
     /// The filter in the file format of its kind (see `docs/FORMAT.md`).
@@ -24,6 +24,7 @@ impl AnyFilter {
             AnyFilter::Plain(f) => f.to_bytes(),
             AnyFilter::Counting(f) => f.to_bytes(),
             AnyFilter::Scalable(f) => f.to_bytes(),
+            AnyFilter::Cuckoo(f) => f.to_bytes(),
         }
     }
 
@@ -43,6 +44,7 @@ impl AnyFilter {
             AnyFilter::Plain(f) => f.write_to(w),
             AnyFilter::Counting(f) => f.write_to(w),
             AnyFilter::Scalable(f) => f.write_to(w),
+            AnyFilter::Cuckoo(f) => f.write_to(w),
         }
     }
 
@@ -64,6 +66,7 @@ impl AnyFilter {
             Some(FilterKind::Scalable) => {
                 ScalableBloomFilter::from_bytes(bytes).map(Self::Scalable)
             }
+            Some(FilterKind::Cuckoo) => CuckooFilter::from_bytes(bytes).map(Self::Cuckoo),
             // Also anything unrecognisable: the plain decoder names what is wrong with it.
             Some(FilterKind::Plain) | None => BloomFilter::from_bytes(bytes).map(Self::Plain),
         }
@@ -92,6 +95,7 @@ impl AnyFilter {
             Some(FilterKind::Scalable) => {
                 ScalableBloomFilter::read_from(&mut whole).map(Self::Scalable)
             }
+            Some(FilterKind::Cuckoo) => CuckooFilter::read_from(&mut whole).map(Self::Cuckoo),
             Some(FilterKind::Plain) | None => BloomFilter::read_from(&mut whole).map(Self::Plain),
         }
     }

@@ -4,14 +4,16 @@
 //! [`FilterKind`] and the layout. The other 52 are six fields of the same types at the same
 //! places in every kind, each kind giving them its own meaning:
 //!
-//! | bytes  | type | plain, counting          | scalable           |
-//! |--------|------|--------------------------|--------------------|
-//! | 12..16 | u32  | k                        | S, stages          |
-//! | 16..24 | u64  | m                        | n₀                 |
-//! | 24..40 | u128 | hash key                 | hash key           |
-//! | 40..48 | u64  | capacity                 | growth (f64)       |
-//! | 48..56 | u64  | target FPR (f64)         | p (f64)            |
-//! | 56..64 | u64  | W, words in the body     | r (f64)            |
+//! | bytes  | type | plain, counting          | scalable           | cuckoo                  |
+//! |--------|------|--------------------------|--------------------|-------------------------|
+//! | 12..16 | u32  | k                        | S, stages          | f, slots per bucket     |
+//! | 16..24 | u64  | m                        | n₀                 | m, buckets              |
+//! | 24..40 | u128 | hash key                 | hash key           | hash key                |
+//! | 40..48 | u64  | capacity                 | growth (f64)       | capacity                |
+//! | 48..56 | u64  | target FPR (f64)         | p (f64)            | target FPR (f64)        |
+//! | 56..64 | u64  | W, words in the body     | r (f64)            | W, words in the body    |
+//!
+//! A cuckoo filter has no Bloom layout: its layout byte is 0 and a reader refuses any other.
 
 use super::DecodeError;
 use crate::Layout;
@@ -44,6 +46,8 @@ pub enum FilterKind {
     Counting = 1,
     /// Kind 2, a list of plain filters: a [`ScalableBloomFilter`](crate::ScalableBloomFilter).
     Scalable = 2,
+    /// Kind 3, fingerprints in buckets: a [`CuckooFilter`](crate::CuckooFilter).
+    Cuckoo = 3,
 }
 
 impl FilterKind {
@@ -52,6 +56,7 @@ impl FilterKind {
             0 => Some(Self::Plain),
             1 => Some(Self::Counting),
             2 => Some(Self::Scalable),
+            3 => Some(Self::Cuckoo),
             _ => None,
         }
     }
@@ -62,6 +67,7 @@ impl FilterKind {
             Self::Plain => "plain Bloom filter",
             Self::Counting => "counting Bloom filter",
             Self::Scalable => "scalable Bloom filter",
+            Self::Cuckoo => "cuckoo filter",
         }
     }
 }
@@ -75,16 +81,16 @@ pub(crate) fn kind_at(bytes: &[u8]) -> Option<FilterKind> {
 }
 
 /// The six fields after the shared twelve bytes, in order (the table above names them).
-type Fields = (u32, u64, u128, u64, u64, u64);
+pub(crate) type Fields = (u32, u64, u128, u64, u64, u64);
 
-fn encode(kind: FilterKind, layout: Layout, fields: Fields) -> [u8; HEADER_LEN] {
+pub(crate) fn encode(kind: FilterKind, layout: u8, fields: Fields) -> [u8; HEADER_LEN] {
     let (a, b, seed, c, d, e) = fields;
     let mut h = [0u8; HEADER_LEN];
     let pieces: [&[u8]; 10] = [
         &MAGIC,
         &FORMAT_VERSION.to_le_bytes(),
         &[kind as u8],
-        &[layout.to_byte()],
+        &[layout],
         &a.to_le_bytes(),
         &b.to_le_bytes(),
         &seed.to_le_bytes(),
@@ -102,7 +108,7 @@ fn encode(kind: FilterKind, layout: Layout, fields: Fields) -> [u8; HEADER_LEN] 
 }
 
 /// The six fields of a header known to be whole.
-fn fields(h: &[u8]) -> Fields {
+pub(crate) fn fields(h: &[u8]) -> Fields {
     let u64_at = |i: usize| u64::from_le_bytes(h[i..i + 8].try_into().unwrap());
     (
         u32::from_le_bytes(h[12..16].try_into().unwrap()),
@@ -137,12 +143,12 @@ pub(crate) fn version_and_kind(bytes: &[u8]) -> Result<(u16, FilterKind), Decode
 }
 
 /// Checks what every kind's header shares, in the documented order: magic, length (at least
-/// `min_len`), version, kind (another kind lays out the rest differently: stop there), layout.
-fn decode_shared(
+/// `min_len`), version, kind (another kind lays out the rest differently: stop there).
+pub(crate) fn decode_kind(
     bytes: &[u8],
     min_len: usize,
     expected: FilterKind,
-) -> Result<Layout, DecodeError> {
+) -> Result<(), DecodeError> {
     check_magic(bytes)?;
     if bytes.len() < min_len {
         return Err(DecodeError::Truncated {
@@ -157,6 +163,16 @@ fn decode_shared(
             found: kind.name(),
         });
     }
+    Ok(())
+}
+
+/// [`decode_kind`], then the layout byte of a Bloom filter's header.
+fn decode_shared(
+    bytes: &[u8],
+    min_len: usize,
+    expected: FilterKind,
+) -> Result<Layout, DecodeError> {
+    decode_kind(bytes, min_len, expected)?;
     let layout = bytes[KIND_OFFSET + 1];
     Layout::from_byte(layout).ok_or(DecodeError::UnknownLayout { found: layout })
 }
@@ -181,7 +197,7 @@ impl WordsHeader {
         let p = &self.parts;
         encode(
             self.kind,
-            p.layout,
+            p.layout.to_byte(),
             (
                 p.hashes,
                 p.slots,
@@ -266,7 +282,7 @@ impl StagesHeader {
         let c = &self.config;
         encode(
             FilterKind::Scalable,
-            c.layout,
+            c.layout.to_byte(),
             (
                 self.num_stages,
                 c.initial_capacity,

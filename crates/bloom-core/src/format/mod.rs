@@ -6,7 +6,7 @@
 //!   each kind names;
 //! * `checksum.rs`: the one CRC-32C, which ends every container;
 //! * the containers: `words.rs` (a plain or counting filter's words), `stages.rs` (a
-//!   scalable filter's list of stages) and `label.rs` (a snapshot's label in front of a
+//!   scalable filter's list of stages), `cuckoo.rs` (a cuckoo filter's packed buckets) and `label.rs` (a snapshot's label in front of a
 //!   filter of any kind, [`SNAPSHOT_MAGIC`]);
 //! * `any.rs`: reading a file of whichever kind; `peek.rs`: what a file is, from its first
 //!   bytes ([`peek()`]); `read.rs`: filling a buffer from a reader that may return less.
@@ -25,6 +25,7 @@
 
 mod any;
 mod checksum;
+mod cuckoo;
 mod error;
 mod header;
 mod label;

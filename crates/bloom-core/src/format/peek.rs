@@ -72,6 +72,10 @@ pub fn peek(bytes: &[u8]) -> Result<FileInfo, DecodeError> {
             let body_len = WordsHeader::num_words_of(header).saturating_mul(8);
             Some(((HEADER_LEN + CHECKSUM_LEN) as u64).saturating_add(body_len))
         }
+        FilterKind::Cuckoo => {
+            let body_len = super::cuckoo::num_words_of(header).saturating_mul(8);
+            Some(((HEADER_LEN + CHECKSUM_LEN) as u64).saturating_add(body_len))
+        }
         FilterKind::Scalable => None,
     };
     Ok(FileInfo {

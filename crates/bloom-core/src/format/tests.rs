@@ -4,7 +4,8 @@ use std::io::{self, Write};
 
 use super::{DecodeError, FilterKind, peek};
 use crate::{
-    AnyFilter, BloomFilter, CountingBloomFilter, ScalableBloomFilter, Snapshot, SnapshotLabel,
+    AnyFilter, BloomFilter, CountingBloomFilter, CuckooFilter, ScalableBloomFilter, Snapshot,
+    SnapshotLabel,
 };
 
 /// The most one write of the body may carry (`words::CHUNK`).
@@ -46,18 +47,26 @@ fn streamed(write: impl FnOnce(&mut Recorder) -> io::Result<()>) -> Recorder {
     out
 }
 
-/// A plain, a counting and a scalable filter of a few hundred KiB each, with keys in them.
-fn large_filters() -> [AnyFilter; 3] {
+/// A plain, a counting, a scalable and a cuckoo filter of a few hundred KiB each, with keys
+/// in them.
+fn large_filters() -> [AnyFilter; 4] {
     let plain = BloomFilter::builder().bits(1 << 22).hashes(7).seed(1);
     let counting = CountingBloomFilter::builder()
         .bits(1 << 20)
         .hashes(7)
         .seed(2);
-    let filters: [AnyFilter; 3] = [
+    let filters: [AnyFilter; 4] = [
         plain.build().unwrap().into(),
         counting.build().unwrap().into(),
         ScalableBloomFilter::builder(100_000, 0.01)
             .seed(3)
+            .build()
+            .unwrap()
+            .into(),
+        CuckooFilter::builder()
+            .expected_items(200_000)
+            .false_positive_rate(0.001)
+            .seed(4)
             .build()
             .unwrap()
             .into(),
@@ -79,6 +88,7 @@ fn every_kind_streams_its_file_in_bounded_writes() {
             AnyFilter::Plain(f) => f.write_to(w),
             AnyFilter::Counting(f) => f.write_to(w),
             AnyFilter::Scalable(f) => f.write_to(w),
+            AnyFilter::Cuckoo(f) => f.write_to(w),
         });
         assert!(by_kind.bytes == expected, "{}", filter.kind());
         let any = streamed(|w| filter.write_to(w));
@@ -99,6 +109,7 @@ fn peek_reports_what_the_file_holds() {
         FilterKind::Plain,
         FilterKind::Counting,
         FilterKind::Scalable,
+        FilterKind::Cuckoo,
     ];
     for (filter, kind) in large_filters().into_iter().zip(kinds) {
         let bare = filter.to_bytes();

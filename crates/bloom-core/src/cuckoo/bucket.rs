@@ -1,0 +1,213 @@
+//! One bucket: four fingerprints of `f` bits in `4·f − 4` bits, by semi-sorting (Fan et
+//! al. 2014, §5.2).
+//!
+//! The four fingerprints are ordered by their low four bits (their "nibbles"). Four nibbles
+//! in non-decreasing order are one of C(19, 4) = 3,876 multisets, so a 12-bit code names them
+//! instead of 16 bits; the high `f − 4` bits of each fingerprint follow in the same order:
+//!
+//! ```text
+//! bit 0           12            12+(f−4)       12+2(f−4)      12+3(f−4)    4f−4
+//!     | code (12) | high₀ (f−4) | high₁ (f−4) | high₂ (f−4) | high₃ (f−4) |
+//! ```
+//!
+//! Fingerprint 0 is an empty slot, so the empty bucket is all zero bits. Which fingerprints a
+//! bucket holds is its content; the order among equal nibbles is not, and nothing depends on
+//! it. Rules (tests in this file): every multiset of four fingerprints round-trips
+//! (`every_bucket_round_trips`); the code table is sorted, so encoding is a binary search
+//! (`codes_are_sorted_and_complete`).
+
+/// Slots per bucket. The format records it; this crate writes and reads only 4.
+pub(crate) const SLOTS: usize = 4;
+
+/// Nibble multisets: four nibbles in non-decreasing order.
+pub(crate) const CODES: usize = 3_876;
+
+/// Code → the four nibbles `n₀ ≤ n₁ ≤ n₂ ≤ n₃`, packed `n₀ << 12 | n₁ << 8 | n₂ << 4 | n₃`, in
+/// increasing order; padded to 4,096 entries so a 12-bit index needs no bounds check (codes
+/// from 3,876 on never occur: a file holding one is refused).
+static DECODE: [u16; 4096] = decode_table();
+
+const fn decode_table() -> [u16; 4096] {
+    let mut table = [0u16; 4096];
+    let mut i = 0;
+    let mut a = 0;
+    while a < 16 {
+        let mut b = a;
+        while b < 16 {
+            let mut c = b;
+            while c < 16 {
+                let mut d = c;
+                while d < 16 {
+                    table[i] = ((a << 12) | (b << 8) | (c << 4) | d) as u16;
+                    i += 1;
+                    d += 1;
+                }
+                c += 1;
+            }
+            b += 1;
+        }
+        a += 1;
+    }
+    table
+}
+
+/// The shape of every bucket of one filter: its fingerprints' width `f`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Shape {
+    /// `f`, in [`MIN_FINGERPRINT_BITS`], [`MAX_FINGERPRINT_BITS`].
+    pub(crate) fingerprint_bits: u32,
+}
+
+/// A fingerprint needs at least one bit above its nibble.
+pub(crate) const MIN_FINGERPRINT_BITS: u32 = 5;
+/// A bucket of `4·17 − 4 = 64` bits: the widest a two-word read can hold.
+pub(crate) const MAX_FINGERPRINT_BITS: u32 = 17;
+
+impl Shape {
+    /// Bits of one bucket: `4·f − 4`.
+    #[inline]
+    pub(crate) fn bucket_bits(self) -> u32 {
+        SLOTS as u32 * self.fingerprint_bits - 4
+    }
+
+    #[inline]
+    fn high_bits(self) -> u32 {
+        self.fingerprint_bits - 4
+    }
+
+    /// The largest fingerprint: they are 1 ..= 2^f − 1 (0 is an empty slot).
+    #[inline]
+    pub(crate) fn max_fingerprint(self) -> u32 {
+        (1u32 << self.fingerprint_bits) - 1
+    }
+
+    /// The four fingerprints of `bucket` (0 for an empty slot).
+    #[inline]
+    pub(crate) fn decode(self, bucket: u64) -> [u32; SLOTS] {
+        let nibbles = DECODE[(bucket & 0xFFF) as usize];
+        let high = self.high_bits();
+        let mask = (1u64 << high) - 1;
+        let mut out = [0u32; SLOTS];
+        for (j, slot) in out.iter_mut().enumerate() {
+            let nibble = (nibbles >> (12 - 4 * j)) & 0xF;
+            let hi = (bucket >> (12 + j as u32 * high)) & mask;
+            *slot = ((hi as u32) << 4) | u32::from(nibble);
+        }
+        out
+    }
+
+    /// The bucket holding `fingerprints` (0 for an empty slot), in any order.
+    pub(crate) fn encode(self, mut fingerprints: [u32; SLOTS]) -> u64 {
+        fingerprints.sort_unstable_by_key(|fp| fp & 0xF);
+        let packed = fingerprints
+            .iter()
+            .fold(0u16, |acc, fp| (acc << 4) | (fp & 0xF) as u16);
+        let code = DECODE[..CODES]
+            .binary_search(&packed)
+            .expect("every sorted nibble quadruple has a code");
+        let high = self.high_bits();
+        fingerprints
+            .iter()
+            .enumerate()
+            .fold(code as u64, |acc, (j, fp)| {
+                acc | (u64::from(fp >> 4) << (12 + j as u32 * high))
+            })
+    }
+
+    /// Whether `bucket` is one this crate could have written: a code below 3,876 and no bit
+    /// set above `4·f − 4`.
+    pub(crate) fn is_valid(self, bucket: u64) -> bool {
+        let bits = self.bucket_bits();
+        (bucket & 0xFFF) < CODES as u64 && (bits == 64 || bucket >> bits == 0)
+    }
+}
+
+/// How many slots of `fingerprints` hold `fp`.
+#[inline]
+pub(crate) fn count(fingerprints: &[u32; SLOTS], fp: u32) -> u32 {
+    fingerprints.iter().map(|&x| u32::from(x == fp)).sum()
+}
+
+/// `fingerprints` with `fp` in a free slot, or `None` if none is free.
+#[inline]
+pub(crate) fn with_added(mut fingerprints: [u32; SLOTS], fp: u32) -> Option<[u32; SLOTS]> {
+    let free = fingerprints.iter().position(|&x| x == 0)?;
+    fingerprints[free] = fp;
+    Some(fingerprints)
+}
+
+/// `fingerprints` with one copy of `fp` emptied, or `None` if it holds none.
+#[inline]
+pub(crate) fn with_removed(mut fingerprints: [u32; SLOTS], fp: u32) -> Option<[u32; SLOTS]> {
+    let at = fingerprints.iter().position(|&x| x == fp)?;
+    fingerprints[at] = 0;
+    Some(fingerprints)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_sorted_and_complete() {
+        let codes = &DECODE[..CODES];
+        assert!(codes.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(codes[0], 0);
+        assert_eq!(codes[CODES - 1], 0xFFFF);
+        assert!(DECODE[CODES..].iter().all(|&c| c == 0));
+    }
+
+    #[test]
+    fn every_bucket_round_trips() {
+        for f in MIN_FINGERPRINT_BITS..=MAX_FINGERPRINT_BITS {
+            let shape = Shape {
+                fingerprint_bits: f,
+            };
+            let max = shape.max_fingerprint();
+            let mut state = 0x9E37_79B9_7F4A_7C15u64 ^ u64::from(f);
+            for _ in 0..20_000 {
+                let mut fps = [0u32; SLOTS];
+                for fp in &mut fps {
+                    state = crate::hasher::mix(state);
+                    // A quarter of slots empty, and the extremes often.
+                    *fp = match state % 8 {
+                        0 | 1 => 0,
+                        2 => max,
+                        3 => 1,
+                        _ => (state >> 32) as u32 % max + 1,
+                    };
+                }
+                let bucket = shape.encode(fps);
+                assert!(shape.is_valid(bucket), "f={f} {fps:?}");
+                let mut back = shape.decode(bucket);
+                let mut want = fps;
+                back.sort_unstable();
+                want.sort_unstable();
+                assert_eq!(back, want, "f={f}");
+            }
+        }
+        assert_eq!(
+            Shape {
+                fingerprint_bits: 9
+            }
+            .encode([0; SLOTS]),
+            0
+        );
+    }
+
+    #[test]
+    fn a_code_past_the_table_or_a_stray_high_bit_is_invalid() {
+        let shape = Shape {
+            fingerprint_bits: 10,
+        };
+        assert!(!shape.is_valid(CODES as u64));
+        assert!(!shape.is_valid(1 << 36));
+        assert!(shape.is_valid(shape.encode([3, 1023, 0, 17])));
+        assert!(
+            Shape {
+                fingerprint_bits: 17
+            }
+            .is_valid(!0xFFF)
+        );
+    }
+}
