@@ -339,7 +339,7 @@ fn alert_rules_pass_promtool_check_and_unit_tests() {
     );
     assert!(checked.status.success(), "{}", describe(&checked));
     assert!(
-        String::from_utf8_lossy(&checked.stdout).contains("SUCCESS: 4 rules found"),
+        String::from_utf8_lossy(&checked.stdout).contains("SUCCESS: 5 rules found"),
         "{}",
         describe(&checked)
     );
@@ -427,6 +427,11 @@ fn rule_tests(rules: &Path) -> String {
         r#"bloom_filter_saturated_total{filter="full",job="svc"}"#,
         "0x30 1x90",
     );
+    // A cuckoo filter refuses an insert at minute 40.
+    inputs += &series(
+        r#"bloom_filter_refused_inserts_total{filter="cuckoo",job="svc"}"#,
+        "0x40 1x80",
+    );
     // Every rebuild fails; another filter verifies from the start.
     inputs += &series(
         r#"bloom_filter_rebuilds_total{filter="broken",outcome="error",job="svc"}"#,
@@ -479,6 +484,15 @@ fn rule_tests(rules: &Path) -> String {
             "BloomFilterSaturated",
             &[alert("filter: full", "Bloom filter full is over capacity")],
         ),
+        check(
+            "60m",
+            "BloomFilterFull",
+            &[alert(
+                "filter: cuckoo",
+                "Cuckoo filter cuckoo is full and lets every key through",
+            )],
+        ),
+        check("30m", "BloomFilterFull", &[]),
         check(
             "60m",
             "BloomFilterRebuildFailing",

@@ -395,19 +395,21 @@ async fn created_user_is_found_at_once(backend: Backend) {
     service.shutdown().await.unwrap();
 }
 
-/// With `--counting`, a deleted user's id is taken out of the filter: the next lookup is
-/// rejected by the guard without a database query; the other users are still found.
-async fn deleted_user_is_rejected_by_a_counting_filter(backend: Backend) {
+/// With `--counting` or `--cuckoo` (`kind`), a deleted user's id is taken out of the filter:
+/// the next lookup is rejected by the guard without a database query; the other users are
+/// still found.
+async fn deleted_user_is_rejected_by_a_removing_filter(backend: Backend, kind: &str) {
     let service = backend
-        .start_with("counting", |config| {
-            config.counting = true;
+        .start_with(kind, |config| {
+            config.counting = kind == "counting";
+            config.cuckoo = kind == "cuckoo";
             // A fixed hash key: whether an id collides with others is then fixed too.
             config.filter_seed = Some(0xC0FFEE);
         })
         .await;
     let client = client();
     let filter = service.app.filter().expect("a guarded service").clone();
-    assert_eq!(filter.stats().kind, "counting");
+    assert_eq!(filter.stats().kind, kind);
     // Created through the service (inserted once, so one removal takes it out) and seeded
     // (inserted by the rebuild from the database).
     let response = client
@@ -754,7 +756,12 @@ async fn sqlite_created_user_is_found_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_deleted_user_is_rejected_by_a_counting_filter() {
-    deleted_user_is_rejected_by_a_counting_filter(Backend::sqlite()).await;
+    deleted_user_is_rejected_by_a_removing_filter(Backend::sqlite(), "counting").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_deleted_user_is_rejected_by_a_cuckoo_filter() {
+    deleted_user_is_rejected_by_a_removing_filter(Backend::sqlite(), "cuckoo").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -988,7 +995,13 @@ async fn postgres_suite() {
     real_id_is_found(Backend::postgres(&server, "real_id")).await;
     absent_ids_do_not_reach_the_database(Backend::postgres(&server, "absent_ids")).await;
     created_user_is_found_at_once(Backend::postgres(&server, "created_user")).await;
-    deleted_user_is_rejected_by_a_counting_filter(Backend::postgres(&server, "counting")).await;
+    deleted_user_is_rejected_by_a_removing_filter(
+        Backend::postgres(&server, "counting"),
+        "counting",
+    )
+    .await;
+    deleted_user_is_rejected_by_a_removing_filter(Backend::postgres(&server, "cuckoo"), "cuckoo")
+        .await;
     metrics_are_prometheus_text(Backend::postgres(&server, "metrics")).await;
     restart_from_snapshot_finds_every_user(Backend::postgres(&server, "restart")).await;
     watermark_is_in_commit_order(Backend::postgres(&server, "watermark")).await;

@@ -108,8 +108,8 @@ pub(super) async fn create_user(State(app): State<App>, Json(new): Json<NewUser>
 
 /// `DELETE /users/{id}` → `204`, or `404`.
 ///
-/// With `--counting` the id is removed from the filter once the row is gone, and the guard
-/// rejects it again. A plain filter cannot forget: the id passes it until the next rebuild,
+/// With `--cuckoo` or `--counting` the id is removed from the filter once the row is gone,
+/// and the guard rejects it again. A plain filter cannot forget: the id passes it until the next rebuild,
 /// which costs one database lookup per cache expiry, then a negative-cache entry.
 pub(super) async fn delete_user(State(app): State<App>, Path(id): Path<u64>) -> Response {
     // Before the delete: `remove` only decrements the filter that held the row's id.

@@ -31,14 +31,16 @@ pub enum Error {
     )]
     ShapeChanged,
     /// The shared filter is not a plain `BloomFilter`: only a fixed array of bits can be
-    /// merged bit by bit across instances (a counting filter's counters cannot be OR-ed, and a
-    /// scalable filter's stages differ between instances that grew at different times).
+    /// merged bit by bit across instances (a counting filter's counters and a cuckoo filter's
+    /// fingerprints cannot be OR-ed, and a scalable filter's stages differ between instances
+    /// that grew at different times).
     #[error(
         "bloom-redis shares the bits of a plain BloomFilter; this filter is a {kind} one \
-         (share a BloomFilter sized for the expected keys)"
+         (share a BloomFilter sized for the expected keys; a counting or cuckoo filter, which \
+         can remove keys, serves one instance only)"
     )]
     NotPlain {
-        /// The filter's kind: `"counting"` or `"scalable"`.
+        /// The filter's kind: `"counting"`, `"scalable"` or `"cuckoo"`.
         kind: &'static str,
     },
     /// An invalid setting.

@@ -345,14 +345,18 @@ async fn one_instance_rebuilds_and_keys_inserted_anywhere_meanwhile_survive() {
     );
 }
 
-/// Only a plain filter's bits can be OR-ed across instances; refused before connecting.
+/// Only a plain filter's bits can be OR-ed across instances (a counting filter's counters,
+/// a scalable filter's stages and a cuckoo filter's fingerprints cannot); refused before
+/// connecting.
 #[tokio::test]
-async fn a_counting_or_scalable_filter_is_refused_with_a_clear_error() {
+async fn a_counting_scalable_or_cuckoo_filter_is_refused_with_a_clear_error() {
     let counting = bloom_core::CountingBloomFilter::new(1_000, 0.01).unwrap();
     let scalable = bloom_core::ScalableBloomFilter::new(1_000, 0.01).unwrap();
+    let cuckoo = bloom_core::CuckooFilter::new(1_000, 0.01).unwrap();
     for (kind, filter) in [
         ("counting", SharedFilter::<String>::new(counting)),
         ("scalable", SharedFilter::<String>::new(scalable)),
+        ("cuckoo", SharedFilter::<String>::new(cuckoo)),
     ] {
         // Nothing listens on this port: the filter is refused before any connection.
         let error = RedisSync::builder("redis://127.0.0.1:1")
@@ -576,7 +580,7 @@ async fn a_split_block_filter_syncs_and_refuses_another_layout() {
             .expect("join")
     };
     let (a, b) = (join_split().await, join_split().await);
-    assert_eq!(a.filter().current().layout(), Layout::SplitBlock);
+    assert_eq!(a.filter().current().layout(), Some(Layout::SplitBlock));
     // Let the subscribers subscribe.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let inserted = keys("split", 200);

@@ -40,7 +40,9 @@ pub mod response_cache;
 pub mod shared_filter;
 pub mod stats;
 
-pub use bloom_core::{self, BloomFilter, CountingBloomFilter, Key, ScalableBloomFilter};
+pub use bloom_core::{
+    self, BloomFilter, CountingBloomFilter, CuckooFilter, Key, ScalableBloomFilter,
+};
 pub use guard::BloomGuard;
 #[cfg(feature = "guarded-cache")]
 #[cfg_attr(docsrs, doc(cfg(feature = "guarded-cache")))]

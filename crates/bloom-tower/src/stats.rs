@@ -11,6 +11,7 @@
 //! | [`bloom_guard_missing_key_total`](names::GUARD_MISSING_KEY) | counter | `guard` | requests with no usable key |
 //! | [`bloom_filter_rebuilds_total`](names::FILTER_REBUILDS) | counter | `filter`, `outcome` = `ok` / `error` / `cancelled` | rebuilds |
 //! | [`bloom_filter_saturated_total`](names::FILTER_SATURATED) | counter | `filter` | saturation warnings (at most one per filter generation) |
+//! | [`bloom_filter_refused_inserts_total`](names::FILTER_REFUSED_INSERTS) | counter | `filter` | inserts a full cuckoo filter had no room for: it then lets every key through until a rebuild replaces it |
 //! | [`bloom_filter_keys`](names::FILTER_KEYS) | gauge | `filter` | distinct keys in the serving filter (approximate) |
 //! | [`bloom_filter_verifying`](names::FILTER_VERIFYING) | gauge | `filter` | 1 while the serving filter is a snapshot awaiting a full rebuild (it lets every key through), else 0 |
 //! | [`bloom_filter_unverified_passes_total`](names::FILTER_UNVERIFIED_PASSES) | counter | `filter` | keys a verifying filter let through that it would have rejected |
@@ -92,6 +93,8 @@ pub mod names {
     pub const FILTER_REBUILDS: &str = "bloom_filter_rebuilds_total";
     /// Counter: saturation warnings.
     pub const FILTER_SATURATED: &str = "bloom_filter_saturated_total";
+    /// Counter: inserts a full cuckoo filter refused.
+    pub const FILTER_REFUSED_INSERTS: &str = "bloom_filter_refused_inserts_total";
     /// Gauge: approximate number of distinct keys in the serving filter.
     pub const FILTER_KEYS: &str = "bloom_filter_keys";
     /// Gauge: 1 while the serving filter is a snapshot that could not be caught up with its
@@ -187,6 +190,11 @@ pub fn describe() {
         names::FILTER_SATURATED,
         Unit::Count,
         "Saturation warnings: the serving filter holds more keys than it was sized for (at most one per filter generation)."
+    );
+    describe_counter!(
+        names::FILTER_REFUSED_INSERTS,
+        Unit::Count,
+        "Inserts a full cuckoo filter had no room for; it lets every key through until a rebuild replaces it."
     );
     describe_gauge!(
         names::FILTER_KEYS,

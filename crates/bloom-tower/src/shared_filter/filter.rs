@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bloom_core::{AnyFilter, Key};
 
-use super::{CurrentFilter, Generation, Shared, SharedFilterBuilder};
+use super::{CurrentFilter, Generation, Insert, Shared, SharedFilterBuilder};
 use crate::key::{AnyKey, KeyFor};
 use crate::shared_filter::stats::FilterStats;
 
@@ -110,12 +110,15 @@ impl<K: ?Sized> SharedFilter<K> {
     ///
     /// While the serving filter is *verifying* (a snapshot that could not be caught up with its
     /// source, see [`SharedFilterBuilder::start`]) it answers `true` for every key, and counts
-    /// in [`FilterStats::unverified_passes`] the keys it would have rejected.
+    /// in [`FilterStats::unverified_passes`] the keys it would have rejected. So does a
+    /// [`CuckooFilter`](bloom_core::CuckooFilter) that refused an insert for want of room
+    /// ([`FilterStats::full`]) until a rebuild replaces it: it misses that key.
     #[inline]
     pub fn contains<Q: KeyFor<K> + ?Sized>(&self, key: &Q) -> bool {
         let current = self.shared.current.load();
         current.filter.contains(key)
             || (current.verifying && self.shared.let_through())
+            || current.is_full()
             || self.shared.doubt_rejection()
     }
 
@@ -162,12 +165,21 @@ impl<K: ?Sized> SharedFilter<K> {
                 .map_or(current.number, |next| next.number.max(current.number));
             let mut wrote = false;
             if let Some(next) = building.as_deref().filter(|next| is_new(next)) {
-                next.insert(key);
+                if next.insert(key) == Insert::Refused {
+                    shared.counters.refused_insert(&shared.name);
+                }
                 wrote = true;
             }
             let became = if is_new(&current) {
                 wrote = true;
-                current.insert(key).map(|items| (current, items))
+                match current.insert(key) {
+                    Insert::New(items) => Some((current, Some(items))),
+                    Insert::Known => None,
+                    Insert::Refused => {
+                        shared.counters.refused_insert(&shared.name);
+                        Some((current, None))
+                    }
+                }
             } else {
                 None
             };
@@ -184,10 +196,12 @@ impl<K: ?Sized> SharedFilter<K> {
             hook(key.key_bytes().as_ref());
         }
         // Reported outside the lock: a slow log subscriber must not delay a rebuild's swap.
-        if let Some((current, items)) = became {
-            if current.is_over_capacity(items) {
+        match became {
+            Some((current, Some(items))) if current.is_over_capacity(items) => {
                 shared.report_saturation(&current, items as f64, None);
             }
+            Some((current, None)) => shared.report_full(&current),
+            _ => {}
         }
         inserted
     }

@@ -31,6 +31,10 @@ pub(super) struct Generation {
     created: Instant,
     /// Set once this generation's saturation has been reported.
     pub(super) saturation_reported: AtomicBool,
+    /// Set once a cuckoo filter refused an insert for want of room: it misses a key, so a
+    /// "definitely absent" from it is let through until a rebuild replaces it (see
+    /// [`SharedFilter::contains`]; `shared_filter/tests` `a_full_cuckoo_filter_lets_every_key_through_until_rebuilt`).
+    pub(super) full: AtomicBool,
     /// Loaded from a snapshot that could not be caught up with its source: it may miss keys,
     /// so a "definitely absent" from it is let through (see [`SharedFilter::contains`]).
     pub(super) verifying: bool,
@@ -49,6 +53,7 @@ impl Generation {
             counted_at_ms: AtomicU64::new(0),
             created: Instant::now(),
             saturation_reported: AtomicBool::new(false),
+            full: AtomicBool::new(false),
             verifying: false,
             watermark: Mutex::new(None),
         }
@@ -137,12 +142,25 @@ impl Generation {
         self.items.fetch_max(estimate, Relaxed).max(estimate)
     }
 
-    /// Inserts `key`; the new distinct-key count if it set a new bit.
+    /// Inserts `key`: [`Insert::New`] with the new distinct-key count if it set a new bit (or
+    /// stored a fingerprint), [`Insert::Refused`] if a full cuckoo filter had no room (the
+    /// generation is then [`full`](Self::full) for good).
     #[inline]
-    pub(super) fn insert<K: Key + ?Sized>(&self, key: &K) -> Option<u64> {
-        self.filter
-            .insert(key)
-            .then(|| self.items.fetch_add(1, Relaxed) + 1)
+    pub(super) fn insert<K: Key + ?Sized>(&self, key: &K) -> Insert {
+        match self.filter.try_insert(key) {
+            Ok(true) => Insert::New(self.items.fetch_add(1, Relaxed) + 1),
+            Ok(false) => Insert::Known,
+            Err(_) => {
+                self.full.store(true, Relaxed);
+                Insert::Refused
+            }
+        }
+    }
+
+    /// Whether a key was refused for want of room (a cuckoo filter only).
+    #[inline]
+    pub(super) fn is_full(&self) -> bool {
+        self.full.load(Relaxed)
     }
 
     pub(super) fn is_over_capacity(&self, items: u64) -> bool {
@@ -150,6 +168,17 @@ impl Generation {
             .capacity()
             .is_some_and(|capacity| items > capacity)
     }
+}
+
+/// What [`Generation::insert`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Insert {
+    /// The key is new to the filter, which now counts this many keys.
+    New(u64),
+    /// The filter answered "maybe" for the key already; nothing changed.
+    Known,
+    /// A full cuckoo filter had no room; nothing changed, and the generation is now full.
+    Refused,
 }
 
 /// How often bits were merged into `filter` (see [`BloomFilter::merge_count`]); 0 for the

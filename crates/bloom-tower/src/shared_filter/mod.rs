@@ -38,16 +38,25 @@
 //! Any [`AnyFilter`](bloom_core::AnyFilter): a plain [`BloomFilter`](bloom_core::BloomFilter) (the fastest, the smallest); a
 //! [`ScalableBloomFilter`](bloom_core::ScalableBloomFilter) when the number of keys is not
 //! known up front (it adds stages as keys arrive, and a rebuild sizes the new one's first
-//! stage for the source's count, so it goes back to one stage); or a
-//! [`CountingBloomFilter`](bloom_core::CountingBloomFilter), 4× the memory, when deleted
-//! records must stop passing the guard before the next rebuild ([`SharedFilter::remove`]).
-//! Rebuilt filters are of the same kind.
+//! stage for the source's count, so it goes back to one stage); or, when deleted records
+//! must stop passing the guard before the next rebuild ([`SharedFilter::remove`]), a
+//! [`CuckooFilter`](bloom_core::CuckooFilter) (about the plain filter's memory; when full it
+//! refuses an insert, and then lets every key through until a rebuild replaces it: with
+//! `auto_grow`, at once and larger) or a
+//! [`CountingBloomFilter`](bloom_core::CountingBloomFilter) (4× the memory; never full, its
+//! false-positive rate climbs instead). Rebuilt filters are of the same kind.
+//!
+//! A full cuckoo filter misses the key it refused, so answering "absent" from it could turn
+//! away a record that exists: it answers "maybe" for every key instead
+//! ([`FilterStats::full`](crate::stats::FilterStats::full), the `bloom_filter_refused_inserts_total` counter, the
+//! `BloomFilterFull` alert in `docs/alerts.yml`; `tests/cuckoo.rs`
+//! `a_full_cuckoo_filter_lets_every_key_through_until_rebuilt`).
 //!
 //! # Why a removal touches only the filter that served before the delete
 //!
-//! A counting filter can only lose a key safely if the key is in it: decrementing the
-//! counters of a key that was never inserted takes counts other keys need, which is a false
-//! negative. The filter serving before the record was deleted holds its key (the argument
+//! A counting or cuckoo filter can only lose a key safely if the key is in it: decrementing
+//! the counters of a key that was never inserted takes counts other keys need, and removing
+//! its fingerprint may take another key's; either is a false negative. The filter serving before the record was deleted holds its key (the argument
 //! above), so [`SharedFilter::remove`] decrements that one, and only while it still serves.
 //! A filter being built, or swapped in since, may have read its source after the delete and
 //! not hold the key, so a removal leaves it alone; at worst it keeps the deleted key as a
@@ -67,7 +76,7 @@
 //!   [`insert`](SharedFilter::insert), [`insert_after_commit`](SharedFilter::insert_after_commit),
 //!   [`stats`](SharedFilter::stats), [`current`](SharedFilter::current); [`Inserted`].
 //! * `remove.rs`: [`remove`](SharedFilter::remove) and [`generation`](SharedFilter::generation)
-//!   (counting filters); [`FilterGeneration`], [`RemoveOutcome`], [`CannotRemove`].
+//!   (counting and cuckoo filters); [`FilterGeneration`], [`RemoveOutcome`], [`CannotRemove`].
 //! * `shared.rs`: the state every clone shares, and the sizing of a rebuild's next filter.
 //! * `generation.rs`: one filter and its distinct-key count (counted on insert, estimated from
 //!   the bits once bits were merged in); [`CurrentFilter`].
@@ -118,7 +127,7 @@ pub use external::{
 pub use filter::{Inserted, SharedFilter};
 pub use follow::{Follow, Follower, MAX_BACKOFF};
 pub use generation::CurrentFilter;
-use generation::Generation;
+use generation::{Generation, Insert};
 #[cfg(feature = "guarded-cache")]
 pub(crate) use pending::AfterCommit;
 pub use pending::PendingInsert;

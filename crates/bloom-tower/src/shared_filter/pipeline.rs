@@ -185,6 +185,7 @@ where
         match keys.next().await {
             None => return Ok(read),
             Some(Ok(key)) => {
+                // A refusal marks the generation full; whoever publishes it reports that.
                 generation.insert(&key);
             }
             Some(Err(error)) => return Err((read, error.into())),

@@ -210,7 +210,9 @@ impl<K: ?Sized> SharedFilter<K> {
             .unwrap_or_else(PoisonError::into_inner) = Some((read, elapsed));
         tracing::debug!(filter = %shared.name, keys = read, ?elapsed, "rebuilt the filter");
         // A source with no count hint can hold more keys than the configured capacity.
-        if next.is_over_capacity(items) {
+        if next.is_full() {
+            shared.report_full(&next);
+        } else if next.is_over_capacity(items) {
             shared.report_saturation(&next, items as f64, None);
         }
         // A fresh snapshot after every rebuild: a restart catches up from here.

@@ -1,4 +1,4 @@
-//! Removing a deleted record's key from a counting filter: [`SharedFilter::remove`], only ever
+//! Removing a deleted record's key from a counting or cuckoo filter: [`SharedFilter::remove`], only ever
 //! from the filter that served before the delete (the [module docs](super) say why).
 
 use std::sync::atomic::Ordering::Relaxed;
@@ -13,7 +13,8 @@ impl<K: ?Sized> SharedFilter<K> {
         FilterGeneration(self.shared.current.load().number)
     }
 
-    /// Removes one insertion of `key` from a counting filter, so the guard rejects it again.
+    /// Removes one insertion of `key` from a counting or cuckoo filter, so the guard rejects
+    /// it again.
     /// Call it **after the delete of the record is committed** (the mirror of
     /// [`insert`](Self::insert)), with the [`generation`](Self::generation) taken before the
     /// delete, and only for a key that was inserted (a record that existed):
@@ -38,6 +39,10 @@ impl<K: ?Sized> SharedFilter<K> {
     ///
     /// # Errors
     /// [`CannotRemove`] if the filter is a plain or a scalable one.
+    ///
+    /// A [`CuckooFilter`](bloom_core::CuckooFilter) follows the same rules: removing a key it
+    /// does not hold could take another key's fingerprint (a false negative), so only the
+    /// generation that served before the delete is touched, once per deleted record.
     pub fn remove<Q: KeyFor<K> + ?Sized>(
         &self,
         key: &Q,
@@ -46,7 +51,7 @@ impl<K: ?Sized> SharedFilter<K> {
         let shared = &*self.shared;
         let current = shared.current.load();
         let filter = &current.filter;
-        if filter.as_counting().is_none() {
+        if !filter.can_remove() {
             return Err(CannotRemove {
                 kind: filter.kind(),
             });
@@ -88,7 +93,7 @@ pub enum RemoveOutcome {
 /// [`SharedFilter::remove`] on a filter that cannot remove keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "a {kind} Bloom filter cannot remove keys; share a CountingBloomFilter to remove deleted keys"
+    "a {kind} Bloom filter cannot remove keys; share a CuckooFilter or a CountingBloomFilter to remove deleted keys"
 )]
 pub struct CannotRemove {
     kind: &'static str,

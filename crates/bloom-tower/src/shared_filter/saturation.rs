@@ -89,6 +89,26 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// Logs (once per generation, at `error`) that a cuckoo filter refused an insert for want
+    /// of room and now lets every key through, and counts it as the generation's saturation:
+    /// with auto-grow, the next rebuild is sized larger and runs now.
+    pub(super) fn report_full(&self, generation: &Generation) {
+        if generation.saturation_reported.load(Relaxed) {
+            return;
+        }
+        let filter = &generation.filter;
+        tracing::error!(
+            filter = %self.name,
+            items = filter.estimated_items(),
+            capacity = filter.capacity(),
+            auto_grow = self.auto_grow,
+            "cuckoo filter full: an insert found no room, so the filter lets every key through until a rebuild replaces it; rebuild it larger",
+        );
+        self.report_saturation(generation, filter.estimated_items(), None);
+    }
+}
+
 /// The capacity auto-grow asks the next rebuild for, when a filter of `num_bits` bits, sized
 /// for `capacity` keys (`None`: sized by bits, or scalable), holds `items` keys by its own
 /// count or estimate; `fpr` is the rate rebuilds are sized for.

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockWriteGuard, Weak};
 use std::time::Duration;
 
 use arc_swap::{ArcSwap, ArcSwapOption};
-use bloom_core::{AnyFilter, BloomFilter, BuildError, ScalableBloomFilter};
+use bloom_core::{AnyFilter, BloomFilter, BuildError, CuckooFilter, ScalableBloomFilter};
 use tokio::sync::{Notify, watch};
 
 use super::stats::FilterCounters;
@@ -105,7 +105,8 @@ impl Shared {
     /// A fresh, empty filter for a rebuild: the current one's kind and layout (and hash key
     /// unless rotating), sized for the larger of the configured capacity and the source's
     /// count plus a quarter of headroom for the inserts until the next rebuild; with neither
-    /// known, the current filter's exact shape (a scalable filter: its first stage's).
+    /// known, the current filter's exact shape (a scalable filter: its first stage's; a cuckoo
+    /// filter: its buckets and fingerprint width).
     pub(super) fn next_filter(&self, count_hint: Option<u64>) -> Result<AnyFilter, BuildError> {
         let current = self.current.load();
         let seed = (!self.rotate_seed).then(|| current.filter.seed());
@@ -114,7 +115,8 @@ impl Shared {
             (Some(configured), Some(hinted)) => Some(configured.max(hinted)),
             (configured, hinted) => configured.or(hinted),
         };
-        let mut builder = BloomFilter::builder().layout(current.filter.layout());
+        let mut builder =
+            BloomFilter::builder().layout(current.filter.layout().unwrap_or_default());
         if let Some(seed) = seed {
             builder = builder.seed(seed);
         }
@@ -150,6 +152,23 @@ impl Shared {
                 .hashes(counting.num_hashes())
                 .build_counting()
                 .map(AnyFilter::from),
+            (AnyFilter::Cuckoo(cuckoo), wanted) => {
+                let next = CuckooFilter::builder();
+                let next = match wanted {
+                    Some(items) => next
+                        .expected_items(items.max(1))
+                        .false_positive_rate(self.fpr),
+                    None => next
+                        .buckets(cuckoo.num_buckets())
+                        .fingerprint_bits(cuckoo.fingerprint_bits()),
+                };
+                match seed {
+                    Some(seed) => next.seed(seed),
+                    None => next,
+                }
+                .build()
+                .map(AnyFilter::from)
+            }
         }
     }
 }

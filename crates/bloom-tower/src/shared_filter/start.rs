@@ -149,12 +149,12 @@ impl<K: ?Sized> SharedFilterBuilder<K> {
                 initial.kind()
             ));
         }
-        if saved.layout() != initial.layout() {
-            return Some(format!(
-                "it uses the {} layout, this filter {}",
-                saved.layout(),
-                initial.layout()
-            ));
+        if let (Some(saved_layout), Some(layout)) = (saved.layout(), initial.layout()) {
+            if saved_layout != layout {
+                return Some(format!(
+                    "it uses the {saved_layout} layout, this filter {layout}"
+                ));
+            }
         }
         if self.hash_key.is_some_and(|key| key != saved.seed()) {
             return Some("it was made with another hash key".to_owned());

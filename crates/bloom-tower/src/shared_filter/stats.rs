@@ -43,6 +43,12 @@ pub struct FilterStats {
     pub last_rebuild: Option<(u64, Duration)>,
     /// Saturation warnings so far (at most one per filter generation).
     pub saturation_warnings: u64,
+    /// Inserts a full [`CuckooFilter`](bloom_core::CuckooFilter) had no room for (each also
+    /// raises [`saturation_warnings`](Self::saturation_warnings) once per filter).
+    pub refused_inserts: u64,
+    /// The serving filter refused an insert (a full cuckoo filter): it misses that key, so it
+    /// answers "maybe" for every key until a rebuild replaces it.
+    pub full: bool,
     /// Whether a rebuild is running now.
     pub rebuilding: bool,
     /// Whether the serving filter is a snapshot that could not be caught up with its source:
@@ -81,6 +87,7 @@ pub(crate) struct FilterCounters {
     failed_rebuilds: AtomicU64,
     cancelled_rebuilds: AtomicU64,
     saturation_warnings: AtomicU64,
+    refused_inserts: AtomicU64,
     unverified_passes: AtomicU64,
     rejections: AtomicU64,
     false_positives: AtomicU64,
@@ -153,6 +160,8 @@ impl FilterCounters {
             cancelled_rebuilds: self.cancelled_rebuilds.load(Relaxed),
             last_rebuild,
             saturation_warnings: self.saturation_warnings.load(Relaxed),
+            refused_inserts: self.refused_inserts.load(Relaxed),
+            full: serving.is_full(),
             rebuilding,
             verifying: serving.verifying,
             unverified_passes: self.unverified_passes.load(Relaxed),
@@ -192,6 +201,17 @@ impl FilterCounters {
         {
             describe_once();
             metrics::counter!(names::FILTER_SATURATED, "filter" => filter.to_owned()).increment(1);
+        }
+    }
+
+    /// A full cuckoo filter refused an insert.
+    pub(crate) fn refused_insert(&self, filter: &str) {
+        self.refused_inserts.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        {
+            describe_once();
+            metrics::counter!(names::FILTER_REFUSED_INSERTS, "filter" => filter.to_owned())
+                .increment(1);
         }
     }
 
