@@ -55,7 +55,7 @@ pub struct CuckooBuilder {
 }
 
 impl CuckooBuilder {
-    /// The number of keys to size for (they fill it to [`DESIGN_LOAD`]).
+    /// The number of keys to size for: they fill it to 95 % of its slots.
     ///
     /// ```
     /// use bloom_core::CuckooFilter;

@@ -2,8 +2,8 @@
 
 use std::fmt;
 
-/// An insert found no free slot within [`MAX_VISITS`](super::path::MAX_VISITS) buckets of
-/// moves from the key's two buckets. Nothing was dropped or moved out of the table: every
+/// An insert found no free slot within four moves (682 buckets searched) of the key's two
+/// buckets. Nothing was dropped or moved out of the table: every
 /// key inserted before is still found. The filter is at (or past) the load it was sized
 /// for; build a larger one (a [`SharedFilter`] with `auto_grow` does).
 ///
