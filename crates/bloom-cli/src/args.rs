@@ -1,6 +1,8 @@
 //! Argument types and value parsers shared by the commands: item counts, false-positive
-//! rates, layouts and seeds. Every parser rejects bad input with a message that says what a
-//! good value looks like; clap prints it and exits with status 2.
+//! rates, layouts, kinds and seeds, and the sizing they give (a Bloom filter's from
+//! `bloom_core::params`, a cuckoo filter's in [`CuckooSizing`]). Every parser rejects bad
+//! input with a message that says what a good value looks like; clap prints it and exits with
+//! status 2.
 
 use bloom_core::{BloomFilter, BuildError, Layout, Params, params};
 
@@ -30,6 +32,19 @@ impl From<LayoutArg> for Layout {
     }
 }
 
+/// `--kind` of `build`: which filter to write.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum KindArg {
+    /// A Bloom filter of bits: the smallest, mergeable, no removal.
+    #[default]
+    Plain,
+    /// A Bloom filter of 4-bit counters (4× plain's memory): a service can remove keys.
+    Counting,
+    /// Fingerprints in buckets: a service can remove keys; each distinct key is stored once
+    /// (as CF.ADDNX); a full filter is an error, never a dropped key. Takes no --layout.
+    Cuckoo,
+}
+
 /// The flags of the commands that size a filter: `--items`, `--fpr` and `--layout`.
 ///
 /// `N` is what `--items` takes: a count (`u64`), or a count or `auto` ([`ItemsArg`]). Each
@@ -43,15 +58,15 @@ pub struct SizeArgs<N: ItemsValue = u64> {
     #[arg(short = 'p', long, value_name = "P", value_parser = parse_fpr,
           allow_negative_numbers = true)]
     pub fpr: f64,
-    /// Layout of the bits.
-    #[arg(long, value_enum, default_value_t)]
-    pub layout: LayoutArg,
+    /// Layout of the bits [default: blocked].
+    #[arg(long, value_enum)]
+    pub layout: Option<LayoutArg>,
 }
 
 impl<N: ItemsValue> SizeArgs<N> {
-    /// `--layout` as the core library's type.
+    /// `--layout` as the core library's type (the default if not given).
     pub fn layout(&self) -> Layout {
-        Layout::from(self.layout)
+        Layout::from(self.layout.unwrap_or_default())
     }
 
     /// A filter for `items` keys at `--fpr` in `--layout`, with hash key `seed` (random if
@@ -73,6 +88,66 @@ impl SizeArgs {
     pub fn params(&self) -> Result<Params, BuildError> {
         params::for_layout(self.layout(), self.items, self.fpr)
     }
+}
+
+/// A bucket's slots.
+const CUCKOO_SLOTS: u64 = 4;
+/// The load `n` keys fill a cuckoo filter sized for them to.
+const CUCKOO_DESIGN_LOAD: f64 = 0.95;
+/// The narrowest and widest fingerprints a cuckoo filter takes.
+const CUCKOO_FINGERPRINT_BITS: (u32, u32) = (5, 17);
+
+/// The cuckoo filter `CuckooFilter::builder().expected_items(n).false_positive_rate(p)`
+/// builds, computed without allocating it (for `calc`): the smallest fingerprint width `f`
+/// whose rate at the design load meets `p`, and `⌈n / (4·0.95)⌉` buckets of `4f − 4` bits.
+/// `tests/cli.rs` `calc_compares_the_three_kinds_as_bloom_core_builds_them` checks it against
+/// the filter bloom-core builds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CuckooSizing {
+    /// Buckets, `m`.
+    pub buckets: u64,
+    /// Bits per fingerprint, `f`.
+    pub fingerprint_bits: u32,
+}
+
+impl CuckooSizing {
+    /// The sizing for `items` keys at rate `fpr`; `Err(min)`, the lowest rate a cuckoo filter
+    /// reaches, when `fpr` is below it.
+    pub fn new(items: u64, fpr: f64) -> Result<Self, f64> {
+        let (narrowest, widest) = CUCKOO_FINGERPRINT_BITS;
+        let fingerprint_bits = (narrowest..=widest)
+            .find(|&f| cuckoo_fpr(f, CUCKOO_DESIGN_LOAD) <= fpr)
+            .ok_or_else(|| cuckoo_fpr(widest, CUCKOO_DESIGN_LOAD))?;
+        let buckets = (items as f64 / (CUCKOO_SLOTS as f64 * CUCKOO_DESIGN_LOAD)).ceil() as u64;
+        Ok(Self {
+            buckets: buckets.max(1),
+            fingerprint_bits,
+        })
+    }
+
+    /// The buckets' bits, `m·(4f − 4)`.
+    pub fn bits(&self) -> u64 {
+        self.buckets * u64::from(4 * self.fingerprint_bits - 4)
+    }
+
+    /// Bytes of the packed buckets in 64-bit words, as in memory and in the file.
+    pub fn bytes(&self) -> u64 {
+        self.bits().div_ceil(64) * 8
+    }
+
+    /// The rate with `items` keys in it.
+    pub fn fpr_at(&self, items: u64) -> f64 {
+        let load = items as f64 / (self.buckets * CUCKOO_SLOTS) as f64;
+        cuckoo_fpr(self.fingerprint_bits, load)
+    }
+}
+
+/// A cuckoo filter's false-positive rate with `f`-bit fingerprints at `load` (slots used /
+/// slots): `1 − (1 − 1/(2^f − 1))^(8·load)`, the chance that one of the fingerprints in a
+/// key's two buckets of four equals its own (bloom-core's `CuckooFilter::current_fpr`).
+pub fn cuckoo_fpr(fingerprint_bits: u32, load: f64) -> f64 {
+    let one = 1.0 / ((1u64 << fingerprint_bits) - 1) as f64;
+    1.0 - (1.0 - one).powf(2.0 * CUCKOO_SLOTS as f64 * load)
 }
 
 /// What `--items` of [`SizeArgs`] takes, and how it is parsed.

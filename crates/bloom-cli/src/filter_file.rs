@@ -21,8 +21,8 @@ pub struct Loaded {
     pub label: Option<SnapshotLabel>,
 }
 
-/// Reads and validates a filter file of any kind (plain, counting, scalable), bare or a
-/// service's labelled snapshot. Errors name the file and the problem, e.g. `snapshot.bloom:
+/// Reads and validates a filter file of any kind (plain, counting, scalable, cuckoo), bare or
+/// a service's labelled snapshot. Errors name the file and the problem, e.g. `snapshot.bloom:
 /// file is truncated: 100 bytes, the header promises 1268`.
 pub fn load(path: &Path) -> Result<Loaded> {
     let name = path.display();
@@ -40,14 +40,45 @@ pub fn load(path: &Path) -> Result<Loaded> {
     })
 }
 
+/// The commands that need a plain filter file, and why.
+#[derive(Clone, Copy, Debug)]
+pub enum PlainUse {
+    /// `bloom merge`: it ORs the bits.
+    Merge,
+    /// `bloom dedup --state`: it resumes a plain filter.
+    DedupState,
+}
+
+impl PlainUse {
+    fn command(self) -> &'static str {
+        match self {
+            Self::Merge => "merge",
+            Self::DedupState => "dedup --state",
+        }
+    }
+}
+
 /// Reads a plain filter file, for the commands that combine or extend filters bit by bit;
-/// a counting or scalable filter is an error that says so.
-pub fn load_plain(path: &Path, command: &str) -> Result<BloomFilter> {
+/// any other kind is an error that says so, and for a cuckoo filter given to `merge`, why
+/// (`tests/cli.rs` `merge_and_dedup_refuse_cuckoo_files`).
+pub fn load_plain(path: &Path, using: PlainUse) -> Result<BloomFilter> {
+    let name = path.display();
+    let command = using.command();
     match load(path)?.filter {
         AnyFilter::Plain(filter) => Ok(filter),
+        AnyFilter::Cuckoo(_) => Err(match using {
+            PlainUse::Merge => anyhow!(
+                "{name}: a cuckoo filter, which cannot be merged: its fingerprints cannot be \
+                 OR-ed like a Bloom filter's bits; build one filter from all the keys instead \
+                 (`bloom build --kind cuckoo` takes several inputs)"
+            ),
+            PlainUse::DedupState => anyhow!(
+                "{name}: a cuckoo filter; `bloom {command}` works on plain Bloom filters \
+                 (made by `bloom build` or `bloom dedup`)"
+            ),
+        }),
         other => Err(anyhow!(
-            "{}: a {} Bloom filter; `bloom {command}` works on plain filters (made by `bloom build`)",
-            path.display(),
+            "{name}: a {} Bloom filter; `bloom {command}` works on plain filters (made by `bloom build`)",
             other.kind()
         )),
     }
@@ -55,5 +86,10 @@ pub fn load_plain(path: &Path, command: &str) -> Result<BloomFilter> {
 
 /// Writes `filter` to the prepared atomic file.
 pub fn save(file: AtomicFile, filter: &BloomFilter) -> Result<()> {
+    file.commit(|w| filter.write_to(w))
+}
+
+/// Writes a filter of any kind to the prepared atomic file.
+pub fn save_any(file: AtomicFile, filter: &AnyFilter) -> Result<()> {
     file.commit(|w| filter.write_to(w))
 }

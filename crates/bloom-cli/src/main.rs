@@ -1,5 +1,5 @@
-//! `bloom`: size, build, check, inspect and merge Bloom filter files, and de-duplicate huge
-//! line streams. See the crate's README.md for examples of every command.
+//! `bloom`: size, build, check, inspect and merge Bloom and cuckoo filter files, and
+//! de-duplicate huge line streams. See the crate's README.md for examples of every command.
 //!
 //! Errors, one style throughout: every command returns an `anyhow::Result`; an error from
 //! `bloom-core` (a `std::error::Error`) gets `.context(..)` saying what was being done, so
@@ -25,10 +25,10 @@ Exit status:
   0  success (`check`: every key is maybe present)
   1  `check` only: at least one key is definitely absent
   2  error: bad arguments, a missing, unreadable, truncated or corrupt file, incompatible
-     filters, a failed write. The message is one line on stderr; no output file is left
-     behind.";
+     filters, a full cuckoo filter (`build`), a failed write. The message is one line on
+     stderr; no output file is left behind.";
 
-/// Build, inspect and query Bloom filter files, and de-duplicate line streams.
+/// Build, inspect and query Bloom and cuckoo filter files, and de-duplicate line streams.
 ///
 /// Keys are the raw bytes of each input line, without its line ending (LF or CR LF).
 /// Filter files hold the secret hash key: they are created readable by their owner only.

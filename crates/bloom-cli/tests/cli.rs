@@ -1588,3 +1588,505 @@ fn check_and_stats_read_a_services_labelled_snapshot() {
     let text = run(dir.path(), &["stats", "users.bloom"], "");
     assert!(String::from_utf8_lossy(&text.stdout).contains("snapshot of:     \"users\""));
 }
+
+// ---------------------------------------------------------------------------------------
+// --kind cuckoo (and counting)
+
+/// `bloom build --kind KIND` of `input` with a fixed seed; the output.
+fn build_kind(dir: &Path, kind: &str, items: &str, fpr: &str, out: &str, input: &str) -> Output {
+    run(
+        dir,
+        &[
+            "build", "--kind", kind, "-n", items, "-p", fpr, "--seed", "0xc0c0", "-o", out,
+        ],
+        input,
+    )
+}
+
+/// `--kind cuckoo` end to end: `build` stores each distinct key once (`insert_unique`, in
+/// input order) and writes exactly the file bloom-core writes for that, `check` finds every
+/// key and answers absent keys, and `stats` reports the cuckoo figures, in JSON and text.
+#[test]
+fn cuckoo_build_writes_bloom_cores_filter_and_check_and_stats_read_it() {
+    let dir = TempDir::new().unwrap();
+    let keys: Vec<String> = (0..3_000).map(|i| format!("user:{i}")).collect();
+    // Every key twice: the second copy must not be stored again.
+    let input: String = keys.iter().chain(&keys).map(|k| format!("{k}\n")).collect();
+    fs::write(dir.path().join("keys.txt"), &input).unwrap();
+    let o = run(
+        dir.path(),
+        &[
+            "build", "--kind", "cuckoo", "-n", "3000", "-p", "0.01", "--seed", "0xc0c0", "-o",
+            "users.cf", "keys.txt",
+        ],
+        "",
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let want = bloom_core::CuckooFilter::builder()
+        .expected_items(3_000)
+        .false_positive_rate(0.01)
+        .seed(0xc0c0)
+        .build()
+        .unwrap();
+    for key in keys.iter().chain(&keys) {
+        want.insert_unique(key.as_str()).unwrap();
+    }
+    let bytes = fs::read(dir.path().join("users.cf")).unwrap();
+    assert_eq!(bytes[10], 3, "kind byte");
+    assert!(
+        bytes == want.to_bytes(),
+        "the CLI's file differs from bloom-core's"
+    );
+    assert!(want.len() <= 3_000 && want.len() > 2_950, "{}", want.len());
+
+    // Every key is found, on stdin (batches) and as arguments; absent keys answer absent.
+    let o = run(dir.path(), &["check", "-q", "users.cf"], input);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let absent: Vec<String> = (0..)
+        .map(|i| format!("nobody:{i}"))
+        .filter(|k| !want.contains(k.as_str()))
+        .take(2)
+        .collect();
+    let o = run(
+        dir.path(),
+        &[
+            "check",
+            "users.cf",
+            "user:0",
+            &absent[0],
+            "user:2999",
+            &absent[1],
+        ],
+        "",
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        format!(
+            "maybe\tuser:0\nabsent\t{}\nmaybe\tuser:2999\nabsent\t{}\n",
+            absent[0], absent[1]
+        )
+    );
+
+    let v = stats_json(dir.path(), "users.cf");
+    assert_eq!(v["kind"], "cuckoo");
+    assert_eq!(v["buckets"], want.num_buckets());
+    assert_eq!(v["buckets"], 790); // ⌈3000 / (4 · 0.95)⌉
+    assert_eq!(v["fingerprint_bits"], 10);
+    assert_eq!(v["slots"], 4 * 790);
+    assert_eq!(v["items"], want.len());
+    assert_eq!(v["estimated_items"].as_f64(), Some(want.len() as f64));
+    let close = |field: &str, want: f64| {
+        let got = v[field].as_f64().unwrap();
+        assert!(
+            (got - want).abs() <= want * 1e-12,
+            "{field}: {got} vs {want}"
+        );
+    };
+    close("load_factor", want.load_factor());
+    assert_eq!(v["fill_ratio"], v["load_factor"]);
+    assert_eq!(v["capacity"], 3_000);
+    assert_eq!(v["target_fpr"], 0.01);
+    close("current_fpr", want.current_fpr());
+    let at_capacity = v["expected_fpr_at_capacity"].as_f64().unwrap();
+    assert!(at_capacity <= 0.01 && at_capacity >= want.current_fpr());
+    assert_eq!(v["bits"], 790 * (4 * 10 - 4));
+    assert_eq!(v["size_bytes"], want.size_in_bytes());
+    assert_eq!(v["file_bytes"], bytes.len());
+    assert_eq!(v["saturated"], false);
+    for absent_field in [
+        "layout",
+        "hashes",
+        "set_bits",
+        "saturated_counters",
+        "stages",
+    ] {
+        assert!(v[absent_field].is_null(), "{absent_field}: {v}");
+    }
+    // The cuckoo fields are null for the other kinds.
+    build(dir.path(), "plain.bloom", &["a"], "10", "0.01", "1");
+    let plain = stats_json(dir.path(), "plain.bloom");
+    for field in [
+        "buckets",
+        "fingerprint_bits",
+        "slots",
+        "items",
+        "load_factor",
+    ] {
+        assert!(plain[field].is_null(), "{field}: {plain}");
+    }
+
+    let text = stdout(&run(dir.path(), &["stats", "users.cf"], ""));
+    assert_eq!(field(&text, "kind"), "cuckoo");
+    assert_eq!(field(&text, "buckets (m)"), "790");
+    assert_eq!(field(&text, "fingerprint (f)"), "10 bits");
+    assert_eq!(field(&text, "slots"), "3160");
+    assert_eq!(field(&text, "items"), format!("{} (exact)", want.len()));
+    assert_eq!(
+        field(&text, "load factor"),
+        format!("{:.2}%", want.load_factor() * 100.0)
+    );
+    assert_eq!(field(&text, "capacity"), "3000");
+    assert_eq!(field(&text, "target fpr"), "0.01");
+    assert!(!text.contains("layout"), "{text}");
+    for out in [text, v.to_string()] {
+        assert!(!out.to_lowercase().contains("seed"), "{out}");
+        assert!(!out.contains(&0xc0c0_u32.to_string()), "{out}");
+    }
+
+    // The help says that the input is a set of keys.
+    bloom()
+        .args(["build", "--help"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("CF.ADDNX"))
+        .stdout(predicate::str::contains("is not stored again"));
+}
+
+/// `--kind counting` writes bloom-core's counting filter for the same settings.
+#[test]
+fn counting_build_writes_bloom_cores_filter() {
+    let dir = TempDir::new().unwrap();
+    let keys: Vec<String> = (0..1_000).map(|i| format!("k{i}")).collect();
+    let input: String = keys.iter().map(|k| format!("{k}\n")).collect();
+    let o = build_kind(dir.path(), "counting", "1000", "0.01", "c.bloom", &input);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let want = bloom_core::BloomFilter::builder()
+        .expected_items(1_000)
+        .false_positive_rate(0.01)
+        .seed(0xc0c0)
+        .build_counting()
+        .unwrap();
+    for key in &keys {
+        want.insert(key.as_str());
+    }
+    assert!(fs::read(dir.path().join("c.bloom")).unwrap() == want.to_bytes());
+    assert_eq!(stats_json(dir.path(), "c.bloom")["kind"], "counting");
+}
+
+/// A cuckoo filter that runs out of room stops the build: exit 2, one line naming the output,
+/// how many distinct keys went in and the line that found no room, and asking for a larger
+/// --items; nothing written, an existing output untouched. Then a large enough --items builds.
+#[test]
+fn a_full_cuckoo_filter_stops_the_build_and_writes_nothing() {
+    let dir = TempDir::new().unwrap();
+    let keys: Vec<String> = (0..2_000).map(|i| format!("key-{i}")).collect();
+    let input: String = keys.iter().map(|k| format!("{k}\n")).collect();
+    fs::write(dir.path().join("keys.txt"), &input).unwrap();
+    // Where bloom-core's filter of the same settings fills up.
+    let same = bloom_core::CuckooFilter::builder()
+        .expected_items(1_000)
+        .false_positive_rate(0.01)
+        .seed(0xc0c0)
+        .build()
+        .unwrap();
+    let (line, full) = keys
+        .iter()
+        .enumerate()
+        .find_map(|(i, k)| same.insert_unique(k.as_str()).err().map(|e| (i + 1, e)))
+        .expect("2000 keys overflow a filter for 1000");
+
+    build(dir.path(), "old.cf", &["a"], "10", "0.01", "1");
+    let old = fs::read(dir.path().join("old.cf")).unwrap();
+    let before = listing(dir.path());
+    for (out, inputs) in [
+        ("new.cf", "keys.txt"),
+        ("old.cf", "keys.txt"),
+        ("new.cf", "-"),
+    ] {
+        let o = run(
+            dir.path(),
+            &[
+                "build", "--kind", "cuckoo", "-n", "1000", "-p", "0.01", "--seed", "0xc0c0", "-o",
+                out, inputs,
+            ],
+            input.clone(),
+        );
+        let source = if inputs == "-" { "stdin" } else { "keys.txt" };
+        assert_error(
+            &o,
+            &[
+                out,
+                "not written",
+                "is full",
+                &format!(
+                    "holds {} distinct keys in its {} slots",
+                    full.len, full.slots
+                ),
+                &format!("line {line} of {source}"),
+                "larger --items",
+            ],
+        );
+        assert_eq!(listing(dir.path()), before, "{out} left a file");
+    }
+    assert_eq!(fs::read(dir.path().join("old.cf")).unwrap(), old);
+
+    // --items auto sizes it for the lines: every key goes in.
+    let o = run(
+        dir.path(),
+        &[
+            "build", "--kind", "cuckoo", "-n", "auto", "-p", "0.01", "-o", "new.cf", "keys.txt",
+        ],
+        "",
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(dir.path(), &["check", "-q", "new.cf"], input);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
+/// What a cuckoo filter cannot take is refused before any input is read: a --layout, and a
+/// rate below the reach of 17-bit fingerprints (with --items auto too, before the count).
+#[test]
+fn cuckoo_build_refuses_a_layout_and_a_rate_it_cannot_reach() {
+    let dir = TempDir::new().unwrap();
+    let o = run(
+        dir.path(),
+        &[
+            "build", "--kind", "cuckoo", "-n", "100", "-p", "0.01", "--layout", "classic", "-o",
+            "x.cf",
+        ],
+        "a\n",
+    );
+    assert_error(&o, &["--layout classic", "cuckoo filter has no layout"]);
+    for items in ["100", "auto"] {
+        let o = build_kind(dir.path(), "cuckoo", items, "1e-5", "x.cf", "a\n");
+        assert_error(&o, &["cannot size the filter", "cuckoo", "5.8e-5"]);
+    }
+    // The boundary: 6e-5 is within reach (17-bit fingerprints).
+    let o = build_kind(dir.path(), "cuckoo", "100", "6e-5", "x.cf", "a\n");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stats_json(dir.path(), "x.cf")["fingerprint_bits"], 17);
+    let o = run(
+        dir.path(),
+        &[
+            "build", "--kind", "bloomier", "-n", "1", "-p", "0.1", "-o", "y",
+        ],
+        "",
+    );
+    assert_usage_error(&o, "cuckoo");
+}
+
+/// `merge` refuses a cuckoo filter, first or later among the inputs, saying why (its
+/// fingerprints cannot be OR-ed) and what to do; `dedup --state` refuses one too; neither
+/// writes anything.
+#[test]
+fn merge_and_dedup_refuse_cuckoo_files() {
+    let dir = TempDir::new().unwrap();
+    assert!(
+        build_kind(dir.path(), "cuckoo", "100", "0.01", "a.cf", "x\n")
+            .status
+            .success()
+    );
+    assert!(
+        build_kind(dir.path(), "cuckoo", "100", "0.01", "b.cf", "y\n")
+            .status
+            .success()
+    );
+    build(dir.path(), "plain.bloom", &["z"], "100", "0.01", "1");
+    let before = listing(dir.path());
+    for (inputs, named) in [
+        (&["a.cf", "b.cf"][..], "a.cf"),
+        (&["a.cf"], "a.cf"),
+        (&["plain.bloom", "b.cf"], "b.cf"),
+    ] {
+        let mut args = vec!["merge"];
+        args.extend(inputs);
+        args.extend(["-o", "m.cf"]);
+        let o = run(dir.path(), &args, "");
+        assert_error(
+            &o,
+            &[
+                named,
+                "a cuckoo filter, which cannot be merged",
+                "fingerprints cannot be OR-ed",
+                "build one filter from all the keys",
+            ],
+        );
+        assert_eq!(listing(dir.path()), before, "{args:?}");
+    }
+    let o = run(
+        dir.path(),
+        &["dedup", "-n", "100", "-p", "0.01", "--state", "a.cf"],
+        "x\nq\n",
+    );
+    assert_error(&o, &["a.cf", "a cuckoo filter", "plain Bloom filters"]);
+    assert!(o.stdout.is_empty());
+    assert_eq!(listing(dir.path()), before);
+}
+
+/// A damaged cuckoo file is a one-line error naming it and the damage, from `check` and
+/// `stats` alike, with nothing on stdout.
+#[test]
+fn damaged_cuckoo_files_are_refused_by_check_and_stats() {
+    let dir = TempDir::new().unwrap();
+    let keys: String = (0..500).map(|i| format!("k{i}\n")).collect();
+    let o = build_kind(dir.path(), "cuckoo", "500", "0.01", "good.cf", &keys);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let bytes = fs::read(dir.path().join("good.cf")).unwrap();
+    let len = bytes.len();
+    let mut flipped = bytes.clone();
+    flipped[64 + 20] ^= 0x04; // a bit in the buckets
+    let mut wide = bytes.clone();
+    wide[12] = 30; // fingerprint width
+    let damaged: [(&str, Vec<u8>, String); 4] = [
+        ("flipped.cf", flipped, "checksum mismatch".to_owned()),
+        (
+            "truncated.cf",
+            bytes[..len - 100].to_vec(),
+            format!(
+                "file is truncated: {} bytes, the header promises {len}",
+                len - 100
+            ),
+        ),
+        ("header.cf", bytes[..40].to_vec(), "truncated".to_owned()),
+        (
+            "wide.cf",
+            wide,
+            "fingerprint width outside 5 to 17 bits".to_owned(),
+        ),
+    ];
+    for (name, content, needle) in &damaged {
+        fs::write(dir.path().join(name), content).unwrap();
+        for args in [
+            vec!["check", name, "k1"],
+            vec!["stats", name],
+            vec!["stats", "--json", name],
+        ] {
+            let o = run(dir.path(), &args, "");
+            assert_error(&o, &[name, needle]);
+            assert!(o.stdout.is_empty(), "{args:?}");
+        }
+    }
+    // The undamaged file still answers.
+    let o = run(dir.path(), &["check", "good.cf", "k1"], "");
+    assert_eq!(stdout(&o), "maybe\tk1\n");
+}
+
+/// The value of a `calc` comparison line `label:`: its bytes, bits per item and the rest.
+fn kind_line<'a>(text: &'a str, label: &str) -> (u64, f64, &'a str) {
+    let value = field(text, label);
+    let (bytes, rest) = value
+        .split_once(" bytes (")
+        .unwrap_or_else(|| panic!("{value}"));
+    let (_, rest) = rest.split_once("), ").unwrap();
+    let (per_item, what) = rest.split_once(" bits per item; ").unwrap();
+    (bytes.parse().unwrap(), per_item.parse().unwrap(), what)
+}
+
+/// `calc` keeps its lines and adds one per kind, each the size of the filter bloom-core
+/// builds for the same --items and --fpr: plain (the layout's sizing), counting (4× its
+/// bits), cuckoo (the buckets and fingerprint width of `CuckooFilter::builder`, in the bytes
+/// its file holds past the 68 of header and checksum), or, for a rate no fingerprint
+/// reaches, bloom-core's limit.
+#[test]
+fn calc_compares_the_three_kinds_as_bloom_core_builds_them() {
+    let dir = TempDir::new().unwrap();
+    for (items, fpr, layout) in [
+        (100_000u64, "0.01", "blocked"),
+        (123_457, "0.001", "classic"),
+        (5_000, "0.2", "split-block"),
+        (100_000, "6e-5", "blocked"),
+    ] {
+        let o = run(
+            dir.path(),
+            &[
+                "calc",
+                "-n",
+                &items.to_string(),
+                "-p",
+                fpr,
+                "--layout",
+                layout,
+            ],
+            "",
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        let text = stdout(&o);
+        let p: f64 = fpr.parse().unwrap();
+        let layout_value: Layout = layout.parse().unwrap();
+        let sized = params::for_layout(layout_value, items, p).unwrap();
+        // The existing lines, unchanged.
+        assert_eq!(field(&text, "layout"), layout);
+        assert_eq!(field(&text, "bits (m)"), sized.bits.to_string());
+        assert_eq!(field(&text, "hashes (k)"), sized.hashes.to_string());
+
+        let plain = bloom_core::BloomFilter::builder()
+            .expected_items(items)
+            .false_positive_rate(p)
+            .layout(layout_value)
+            .seed(1)
+            .build()
+            .unwrap();
+        let (bytes, per_item, what) = kind_line(&text, "plain");
+        assert_eq!(bytes as usize, plain.size_in_bytes(), "{text}");
+        assert_eq!(
+            format!("{per_item:.2}"),
+            format!("{:.2}", sized.bits as f64 / items as f64)
+        );
+        assert_eq!(what, format!("k = {}, {layout}", sized.hashes));
+
+        let counting = bloom_core::CountingBloomFilter::builder()
+            .expected_items(items)
+            .false_positive_rate(p)
+            .layout(layout_value)
+            .seed(1)
+            .build()
+            .unwrap();
+        let (bytes, per_item, what) = kind_line(&text, "counting");
+        assert_eq!(bytes as usize, counting.size_in_bytes(), "{text}");
+        assert_eq!(
+            format!("{per_item:.2}"),
+            format!("{:.2}", 4.0 * sized.bits as f64 / items as f64)
+        );
+        assert_eq!(what, "4-bit counters, can remove");
+
+        let cuckoo = bloom_core::CuckooFilter::builder()
+            .expected_items(items)
+            .false_positive_rate(p)
+            .seed(1)
+            .build()
+            .unwrap();
+        let (bytes, per_item, what) = kind_line(&text, "cuckoo");
+        assert_eq!(bytes as usize, cuckoo.to_bytes().len() - 68, "{text}");
+        let bits = cuckoo.num_buckets() * u64::from(4 * cuckoo.fingerprint_bits() - 4);
+        assert_eq!(
+            format!("{per_item:.2}"),
+            format!("{:.2}", bits as f64 / items as f64)
+        );
+        assert!(
+            what.starts_with(&format!(
+                "{} buckets, f = {} bits, fpr ",
+                cuckoo.num_buckets(),
+                cuckoo.fingerprint_bits()
+            )),
+            "{text}"
+        );
+        let rate: f64 = what
+            .split("fpr ")
+            .nth(1)
+            .unwrap()
+            .split(',')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(rate <= p, "{text}");
+    }
+
+    // Below the cuckoo filter's reach: the plain and counting lines, and the limit.
+    let o = run(dir.path(), &["calc", "-n", "1M", "-p", "1e-5"], "");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    kind_line(&text, "plain");
+    kind_line(&text, "counting");
+    let Err(bloom_core::BuildError::CuckooRateTooLow { min, .. }) =
+        bloom_core::CuckooFilter::new(1_000_000, 1e-5)
+    else {
+        panic!("bloom-core builds a cuckoo filter at 1e-5");
+    };
+    assert_eq!(
+        field(&text, "cuckoo"),
+        format!("not available below p≈{min:.1e} (17-bit fingerprints at most)")
+    );
+    assert!(field(&text, "cuckoo").contains("5.8e-5"));
+}

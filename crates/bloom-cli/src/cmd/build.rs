@@ -4,10 +4,11 @@ use std::ffi::OsString;
 use std::io::{self, Write};
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
+use bloom_core::{AnyFilter, CuckooFilter};
 use indicatif::HumanBytes;
 
-use crate::args::{InputArgs, ItemsArg, SizeArgs, parse_seed};
+use crate::args::{InputArgs, ItemsArg, KindArg, SizeArgs, parse_seed};
 use crate::input::Source;
 use crate::output::AtomicFile;
 use crate::progress::{self, Progress};
@@ -21,10 +22,18 @@ use crate::progress::{self, Progress};
 Examples:
   bloom build --items 1M --fpr 0.01 -o users.bloom users.txt
   psql -Atc 'select id from users' | bloom build --items auto --fpr 1e-3 -o users.bloom
+  bloom build --kind cuckoo --items 1M --fpr 0.001 -o users.cf users.txt
 
 With --items auto the filter is sized for the number of lines (duplicates included, so at
 least the number of distinct keys). Files are read twice; standard input is first copied to
-a temporary file (in $TMPDIR), which needs as much free disk space as the input.")]
+a temporary file (in $TMPDIR), which needs as much free disk space as the input.
+
+--kind cuckoo: the input is a set of keys: a key already in the filter (a duplicate line, or
+one whose fingerprint is already in its buckets) is not stored again, like CF.ADDNX, so one
+removal takes a key out. Rates below about 5.8e-5 are out of its reach (`bloom calc` says).
+A cuckoo filter has a hard limit: when no slot is free for a key the build stops with an
+error naming how many keys went in, and writes nothing; rerun it with a larger --items (or
+--items auto). --layout applies to the Bloom kinds only.")]
 #[command(mut_arg("items", |a| a.help(
     "Number of distinct keys to size for (1000000, 250k, 100M, 1e8), or `auto`")))]
 #[command(mut_arg("fpr", |a| a.help("Target false-positive rate at N keys, e.g. 0.01, 1e-4 or 1%")))]
@@ -35,6 +44,9 @@ pub struct Args {
     /// The filter file to write.
     #[arg(short, long, value_name = "FILE")]
     output: PathBuf,
+    /// The kind of filter.
+    #[arg(long, value_enum, default_value_t)]
+    kind: KindArg,
     #[command(flatten)]
     size: SizeArgs<ItemsArg>,
     /// The secret 128-bit hash key, decimal or 0x-hex [default: random]. Only for filters
@@ -63,6 +75,7 @@ pub fn run(args: &Args) -> Result<()> {
     {
         bail!("standard input (-) can be read only once");
     }
+    check_kind(args)?;
     // Fail on an unwritable destination before reading any input.
     let out = AtomicFile::create(&args.output)?;
     let show = progress::wanted(args.quiet);
@@ -85,9 +98,7 @@ pub fn run(args: &Args) -> Result<()> {
         }
     };
 
-    let filter = args
-        .size
-        .build_filter(items, args.seed)
+    let filter = new_filter(args, items)
         .with_context(|| format!("cannot size the filter for {items} items"))?;
 
     let total_bytes = sources.iter().map(Source::len).sum::<Option<u64>>();
@@ -95,8 +106,20 @@ pub fn run(args: &Args) -> Result<()> {
     let (mut bytes_before, mut lines) = (0u64, 0u64);
     for source in &sources {
         let mut reader = source.open(args.input.max_line_bytes)?;
+        let mut line = 0u64;
         while let Some(batch) = reader.next_batch()? {
-            filter.insert_many(batch.iter());
+            match &filter {
+                AnyFilter::Plain(f) => f.insert_many(batch.iter()),
+                AnyFilter::Cuckoo(f) => {
+                    for key in batch.iter() {
+                        line += 1;
+                        insert_unique(f, key, items, line, source, args)?;
+                    }
+                }
+                other => batch.iter().for_each(|key| {
+                    other.insert(key);
+                }),
+            }
             bar.update(bytes_before + reader.bytes(), lines + reader.lines());
         }
         bytes_before += reader.bytes();
@@ -104,21 +127,128 @@ pub fn run(args: &Args) -> Result<()> {
     }
     bar.finish();
 
-    crate::filter_file::save(out, &filter)?;
+    crate::filter_file::save_any(out, &filter)?;
     if !args.quiet {
         let estimated = filter.estimated_items();
-        crate::cmd::warn_if_saturated(&filter, estimated, &args.output.display().to_string());
+        crate::cmd::warn_if_over_capacity(
+            &args.output.display().to_string(),
+            estimated,
+            filter.capacity(),
+            filter.target_fpr(),
+            || filter.current_fpr(),
+        );
     }
     if show {
         let _ = writeln!(
             io::stderr().lock(),
-            "bloom: wrote {}: {lines} lines, {} layout, m = {} bits ({}), k = {}",
+            "bloom: wrote {}: {lines} lines, {}",
             args.output.display(),
-            filter.layout(),
-            filter.num_bits(),
-            HumanBytes(filter.size_in_bytes() as u64),
-            filter.num_hashes(),
+            describe(&filter),
         );
     }
     Ok(())
+}
+
+/// Refuses, before any input is read, what `--kind` cannot take: `--layout` for a cuckoo
+/// filter, and a rate a cuckoo filter cannot reach (also with `--items auto`, before the
+/// count).
+fn check_kind(args: &Args) -> Result<()> {
+    if args.kind != KindArg::Cuckoo {
+        return Ok(());
+    }
+    if let Some(layout) = args.size.layout {
+        bail!(
+            "--layout {} applies to the Bloom kinds; a cuckoo filter has no layout",
+            bloom_core::Layout::from(layout)
+        );
+    }
+    // The smallest filter with the rate: a fixed seed, so no draw from the OS.
+    CuckooFilter::builder()
+        .expected_items(1)
+        .false_positive_rate(args.size.fpr)
+        .seed(0)
+        .build()
+        .map(drop)
+        .context("cannot size the filter")
+}
+
+/// The empty filter of `--kind` for `items` keys.
+fn new_filter(args: &Args, items: u64) -> Result<AnyFilter> {
+    Ok(match args.kind {
+        KindArg::Plain => AnyFilter::Plain(args.size.build_filter(items, args.seed)?),
+        KindArg::Counting => {
+            let mut builder = bloom_core::BloomFilter::builder()
+                .expected_items(items)
+                .false_positive_rate(args.size.fpr)
+                .layout(args.size.layout());
+            if let Some(seed) = args.seed {
+                builder = builder.seed(seed);
+            }
+            AnyFilter::Counting(builder.build_counting()?)
+        }
+        KindArg::Cuckoo => {
+            let mut builder = CuckooFilter::builder()
+                .expected_items(items)
+                .false_positive_rate(args.size.fpr);
+            if let Some(seed) = args.seed {
+                builder = builder.seed(seed);
+            }
+            AnyFilter::Cuckoo(builder.build()?)
+        }
+    })
+}
+
+/// Stores `key` (line `line` of `source`) once. A full filter stops the build: every key
+/// must be in the file, so the error names how far it got and asks for a larger --items
+/// (`tests/cli.rs` `a_full_cuckoo_filter_stops_the_build_and_writes_nothing`).
+fn insert_unique(
+    filter: &CuckooFilter,
+    key: &[u8],
+    items: u64,
+    line: u64,
+    source: &Source,
+    args: &Args,
+) -> Result<()> {
+    filter.insert_unique(key).map(drop).map_err(|full| {
+        anyhow!(
+            "{out}: not written: the cuckoo filter sized for {items} keys is full: it holds \
+             {len} distinct keys in its {slots} slots and has no room for line {line} of \
+             {input}; rerun with a larger --items{auto}",
+            out = args.output.display(),
+            len = full.len,
+            slots = full.slots,
+            input = source.name(),
+            auto = if matches!(args.size.items, ItemsArg::Auto) {
+                ""
+            } else {
+                " (or --items auto, which counts the input's lines)"
+            },
+        )
+    })
+}
+
+/// The summary's description of what was written.
+fn describe(filter: &AnyFilter) -> String {
+    let size = HumanBytes(filter.size_in_bytes() as u64);
+    match filter {
+        AnyFilter::Plain(f) => format!(
+            "{} layout, m = {} bits ({size}), k = {}",
+            f.layout(),
+            f.num_bits(),
+            f.num_hashes()
+        ),
+        AnyFilter::Counting(f) => format!(
+            "counting, {} layout, m = {} counters ({size}), k = {}",
+            f.layout(),
+            f.num_slots(),
+            f.num_hashes()
+        ),
+        AnyFilter::Cuckoo(f) => format!(
+            "cuckoo, {} distinct keys in {} buckets ({size}), {}-bit fingerprints",
+            f.len(),
+            f.num_buckets(),
+            f.fingerprint_bits()
+        ),
+        other => format!("{} ({size})", other.kind()),
+    }
 }

@@ -11,7 +11,7 @@ use crate::cmd::{STDOUT_BUFFER, raw_stdout, stdout_failed};
 use crate::input::Source;
 
 /// Look keys up: prints `maybe<TAB>KEY` or `absent<TAB>KEY` for each. The file may hold a
-/// plain, counting or scalable filter.
+/// plain, counting, scalable or cuckoo filter.
 ///
 /// `absent` is certain: the key was never inserted. `maybe` means it probably was (wrong with
 /// the filter's false-positive rate).

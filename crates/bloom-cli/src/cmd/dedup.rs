@@ -16,6 +16,7 @@ use indicatif::HumanBytes;
 
 use crate::args::{InputArgs, SizeArgs, fmt_rate, parse_seed};
 use crate::cmd::{STDOUT_BUFFER, raw_stdout, stdout_failed};
+use crate::filter_file::PlainUse;
 use crate::input::{Lines, stdin_reader};
 use crate::output::AtomicFile;
 
@@ -33,6 +34,7 @@ Examples:
 
 --state FILE: if FILE exists, it is loaded and must have been created with the same --items,
 --fpr and --layout (and --seed, if one is given): a mismatch is an error, nothing is read.
+FILE must hold a plain Bloom filter (a counting, scalable or cuckoo filter is refused).
 If it does not exist, a new filter is used. Either way the filter is saved to FILE,
 atomically, when standard input ends. On any error (including a closed output pipe) FILE
 is left as it was, so a rerun repeats the interrupted part rather than losing it.")]
@@ -68,7 +70,7 @@ pub fn run(args: &Args) -> Result<()> {
     let loaded = args.state.as_deref().is_some_and(|p| p.exists());
     let filter = match &args.state {
         Some(path) if loaded => {
-            let filter = crate::filter_file::load_plain(path, "dedup --state")?;
+            let filter = crate::filter_file::load_plain(path, PlainUse::DedupState)?;
             check_state(&filter, args, &path.display().to_string())?;
             filter
         }

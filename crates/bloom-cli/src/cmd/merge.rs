@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, anyhow};
 
+use crate::filter_file::PlainUse;
 use crate::output::AtomicFile;
 
 /// Merge filter files into one that answers `maybe` for every key of any of them (bitwise
@@ -11,7 +12,9 @@ use crate::output::AtomicFile;
 ///
 /// The files must have the same layout, number of bits, number of hashes and hash key, i.e.
 /// be built with the same --items, --fpr, --layout and --seed. The output keeps the first
-/// file's recorded capacity and target rate.
+/// file's recorded capacity and target rate. Plain filters only: a counting, scalable or
+/// cuckoo filter is refused (a cuckoo filter's fingerprints cannot be OR-ed; build one
+/// filter from all the keys instead).
 #[derive(clap::Args)]
 #[command(after_help = "\
 Example:
@@ -32,9 +35,9 @@ pub fn run(args: &Args) -> Result<()> {
         .inputs
         .split_first()
         .ok_or_else(|| anyhow!("no filter files to merge"))?;
-    let merged = crate::filter_file::load_plain(first, "merge")?;
+    let merged = crate::filter_file::load_plain(first, PlainUse::Merge)?;
     for path in rest {
-        let other = crate::filter_file::load_plain(path, "merge")?;
+        let other = crate::filter_file::load_plain(path, PlainUse::Merge)?;
         merged.union(&other).with_context(|| {
             format!(
                 "{} and {} cannot be merged",

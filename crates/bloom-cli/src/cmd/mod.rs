@@ -10,5 +10,5 @@ pub mod saturation;
 pub mod stats;
 pub mod stdout;
 
-pub use saturation::{SATURATED, warn_if_saturated};
+pub use saturation::{SATURATED, warn_if_over_capacity, warn_if_saturated};
 pub use stdout::{STDOUT_BUFFER, print, raw_stdout, stdout_failed};

@@ -11,7 +11,7 @@
 //! | `path.rs`     | making room: the search for a chain of moves and the moves            |
 //! | `error.rs`    | [`FilterFull`]                                                         |
 //!
-//! The file format (kind 4) is in `format/cuckoo.rs` and `docs/FORMAT.md`.
+//! The file format (kind 3) is in `format/cuckoo.rs` and `docs/FORMAT.md`.
 //!
 //! # Where a key goes
 //!
