@@ -96,6 +96,30 @@ impl Shape {
         out
     }
 
+    /// Whether `bucket` holds `fp` (≥ 1): [`decode`](Self::decode) then a search, without
+    /// building the four fingerprints. The slots whose nibble equals `fp`'s are found in one
+    /// step on the packed nibbles (a nibble is zero exactly when bit 3 of
+    /// `((x & 7) + 7) | x` is clear, with no carry between nibbles); only their high bits are
+    /// compared (`holds_agrees_with_decode`).
+    #[inline]
+    pub(crate) fn holds(self, bucket: u64, fp: u32) -> bool {
+        let nibbles = u32::from(DECODE[(bucket & 0xFFF) as usize]);
+        let x = nibbles ^ ((fp & 0xF) * 0x1111);
+        let mut equal = !(((x & 0x7777) + 0x7777) | x) & 0x8888;
+        let high = self.high_bits();
+        let mask = (1u64 << high) - 1;
+        let want = u64::from(fp >> 4);
+        while equal != 0 {
+            // Bit 15 is slot 0's nibble, bit 3 slot 3's.
+            let slot = (15 - equal.trailing_zeros()) / 4;
+            if (bucket >> (12 + slot * high)) & mask == want {
+                return true;
+            }
+            equal &= equal - 1;
+        }
+        false
+    }
+
     /// The bucket holding `fingerprints` (0 for an empty slot), in any order.
     pub(crate) fn encode(self, mut fingerprints: [u32; SLOTS]) -> u64 {
         fingerprints.sort_unstable_by_key(|fp| fp & 0xF);
@@ -193,6 +217,43 @@ mod tests {
             .encode([0; SLOTS]),
             0
         );
+    }
+
+    #[test]
+    fn holds_agrees_with_decode() {
+        for f in MIN_FINGERPRINT_BITS..=MAX_FINGERPRINT_BITS {
+            let shape = Shape {
+                fingerprint_bits: f,
+            };
+            let max = shape.max_fingerprint();
+            let mut state = 0x2545_F491_4F6C_DD1Du64 ^ u64::from(f);
+            for _ in 0..20_000 {
+                let mut fps = [0u32; SLOTS];
+                for fp in &mut fps {
+                    state = crate::hasher::mix(state);
+                    *fp = if state % 4 == 0 {
+                        0
+                    } else {
+                        (state >> 32) as u32 % max + 1
+                    };
+                }
+                let bucket = shape.encode(fps);
+                state = crate::hasher::mix(state);
+                // Probe its own fingerprints, ones sharing a nibble with them, and others.
+                let probes = fps.iter().flat_map(|&fp| [fp, fp ^ 0x10, fp ^ 0x1]).chain([
+                    (state >> 40) as u32 % max + 1,
+                    1,
+                    max,
+                ]);
+                for probe in probes.filter(|&p| p >= 1 && p <= max) {
+                    assert_eq!(
+                        shape.holds(bucket, probe),
+                        fps.contains(&probe),
+                        "f={f} {fps:?} {probe}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use std::fmt;
 
 use crate::Key;
-use crate::hasher::{KeyHasher, mix};
+use crate::hasher::KeyHasher;
 use crate::sync::{AtomicU64, Ordering::Relaxed};
 
 use super::bucket::{self, SLOTS};
@@ -108,9 +108,11 @@ impl CuckooFilter {
     fn place<K: Key + ?Sized>(&self, key: &K) -> (u64, u64, u32) {
         let h = self.hasher.hash(key).h1;
         let buckets = self.table.buckets();
+        // The bucket from h's high bits, the fingerprint from its low 32: for fewer than 2³²
+        // buckets the low half moves the bucket by at most one carry.
         let first = fast_range(h, buckets);
         let max = self.table.shape().max_fingerprint();
-        let fp = fast_range(mix(h), u64::from(max)) as u32 + 1;
+        let fp = ((h & 0xFFFF_FFFF) * u64::from(max) >> 32) as u32 + 1;
         (first, self.other_bucket(first, fp), fp)
     }
 
@@ -135,7 +137,7 @@ impl CuckooFilter {
     #[inline]
     pub(super) fn other_bucket(&self, i: u64, fp: u32) -> u64 {
         let buckets = self.table.buckets();
-        let h = fast_range(mix(u64::from(fp) ^ 0x5851_F42D_4C95_7F2D), buckets);
+        let h = fast_range(u64::from(fp).wrapping_mul(FINGERPRINT_MULTIPLIER), buckets);
         if h >= i { h - i } else { h + buckets - i }
     }
 
@@ -228,8 +230,8 @@ impl CuckooFilter {
     pub fn contains<K: Key + ?Sized>(&self, key: &K) -> bool {
         let (a, b, fp) = self.place(key);
         let shape = self.table.shape();
-        let (bits_a, bits_b) = self.table.read_pair(a, b);
-        shape.decode(bits_a).contains(&fp) || shape.decode(bits_b).contains(&fp)
+        self.table
+            .read_pair_until(a, b, |bits| shape.holds(bits, fp))
     }
 
     /// How many times `key`'s fingerprint is stored in its buckets: its insertions, plus any
@@ -434,6 +436,10 @@ impl CuckooFilter {
         super::builder::false_positive_rate(self.fingerprint_bits(), self.load_factor())
     }
 }
+
+/// `H(fp)`'s multiplier (2⁶⁴/φ): one multiply spreads fingerprints over the buckets, and it is
+/// on a lookup's path to its second bucket.
+const FINGERPRINT_MULTIPLIER: u64 = 0x9E37_79B9_7F4A_7C15;
 
 /// `x` scaled into `0..n` by a multiply (Lemire's fast range).
 #[inline]

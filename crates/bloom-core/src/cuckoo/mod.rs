@@ -16,10 +16,14 @@
 //! # Where a key goes
 //!
 //! SipHash-1-3 of the key (the filter's secret key) gives `h`; the first bucket is
-//! `h·m/2⁶⁴`, the fingerprint `1 + mix(h)·(2^f − 1)/2⁶⁴` (0 marks an empty slot), and the
-//! second bucket is `(H(fp) − i) mod m` from either one `i`: an involution for any `m`, so
-//! the table is not rounded up to a power of two and a fingerprint knows its other bucket
-//! without the key.
+//! `h·m/2⁶⁴`, the fingerprint `1 + (h mod 2³²)·(2^f − 1)/2³²` (0 marks an empty slot), and
+//! the second bucket is `(H(fp) − i) mod m` from either one `i`, with `H(fp)` one multiply:
+//! an involution for any `m`, so the table is not rounded up to a power of two and a
+//! fingerprint knows its other bucket without the key.
+//!
+//! A lookup answers "yes" as soon as one bucket, as read, holds the fingerprint (a torn read
+//! can only add a false positive); only "no" needs the validated read below. It reads both
+//! words a bucket may span, always: no branch on where the bucket falls.
 //!
 //! # No false negative while keys move
 //!
@@ -45,8 +49,8 @@
 //! An insert only adds (W3).
 //!
 //! **The lookup** reads the versions of both stripes, both buckets, and the versions again,
-//! and answers only if the four version reads are equal in pairs and even (else it reads
-//! again). Memory ordering: the writer's lock is a compare-and-swap to the odd version
+//! and answers "no" only if the four version reads are equal in pairs and even (else it
+//! reads again). Memory ordering: the writer's lock is a compare-and-swap to the odd version
 //! followed by a release fence, its bucket writes follow, and its unlock is a release
 //! increment; the reader's first version reads are acquire, its bucket reads are followed by
 //! an acquire fence before the second version reads. So (the seqlock argument, Boehm 2012):

@@ -107,13 +107,11 @@ impl Table {
         let bits = u64::from(self.shape.bucket_bits());
         let at = i * bits;
         let (word, shift) = ((at / 64) as usize, at % 64);
+        // Both words, always (the spare word makes the second exist): a branch on whether the
+        // bucket straddles them would be taken about half the time, at random.
         let lo = self.words[word].load(Ordering::Relaxed);
-        let both = if shift + bits > 64 {
-            let hi = self.words[word + 1].load(Ordering::Relaxed);
-            u128::from(lo) | (u128::from(hi) << 64)
-        } else {
-            u128::from(lo)
-        };
+        let hi = self.words[word + 1].load(Ordering::Relaxed);
+        let both = u128::from(lo) | (u128::from(hi) << 64);
         let mask = if bits == 64 {
             u64::MAX
         } else {
@@ -159,6 +157,31 @@ impl Table {
                 fence(Ordering::Acquire);
                 if sa.load(Ordering::Relaxed) == va && sb.load(Ordering::Relaxed) == vb {
                     return (ba, bb);
+                }
+            }
+            spin();
+        }
+    }
+
+    /// Whether `found` holds for bucket `a` or `b`: `true` as soon as it holds for one as read
+    /// (a "yes" needs no consistent read: at worst it is a false positive), `false` only from
+    /// a read of both validated like [`read_pair`](Self::read_pair)'s. The lookup's path.
+    #[inline]
+    pub(crate) fn read_pair_until(&self, a: u64, b: u64, found: impl Fn(u64) -> bool) -> bool {
+        let (sa, sb) = (
+            &self.stripes[self.stripe_of(a)],
+            &self.stripes[self.stripe_of(b)],
+        );
+        loop {
+            let va = sa.load(Ordering::Acquire);
+            let vb = sb.load(Ordering::Acquire);
+            if (va | vb) & 1 == 0 {
+                if found(self.load(a)) || found(self.load(b)) {
+                    return true;
+                }
+                fence(Ordering::Acquire);
+                if sa.load(Ordering::Relaxed) == va && sb.load(Ordering::Relaxed) == vb {
+                    return false;
                 }
             }
             spin();
