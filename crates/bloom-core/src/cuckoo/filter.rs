@@ -112,7 +112,7 @@ impl CuckooFilter {
         // buckets the low half moves the bucket by at most one carry.
         let first = fast_range(h, buckets);
         let max = self.table.shape().max_fingerprint();
-        let fp = ((h & 0xFFFF_FFFF) * u64::from(max) >> 32) as u32 + 1;
+        let fp = (((h & 0xFFFF_FFFF) * u64::from(max)) >> 32) as u32 + 1;
         (first, self.other_bucket(first, fp), fp)
     }
 
