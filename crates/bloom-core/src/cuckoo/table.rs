@@ -32,8 +32,9 @@ pub(crate) struct Table {
 /// the readers of its buckets).
 pub(crate) struct StripeGuard<'t> {
     table: &'t Table,
-    first: usize,
-    second: Option<usize>,
+    /// Each stripe held, with the (odd) version it holds it at.
+    first: (usize, u64),
+    second: Option<(usize, u64)>,
 }
 
 impl Drop for StripeGuard<'_> {
@@ -193,11 +194,8 @@ impl Table {
     pub(crate) fn lock_pair(&self, a: u64, b: u64) -> StripeGuard<'_> {
         let (sa, sb) = (self.stripe_of(a), self.stripe_of(b));
         let (first, second) = (sa.min(sb), sa.max(sb));
-        self.lock(first);
-        let second = (second != first).then(|| {
-            self.lock(second);
-            second
-        });
+        let first = (first, self.lock(first));
+        let second = (second != first.0).then(|| (second, self.lock(second)));
         StripeGuard {
             table: self,
             first,
@@ -205,7 +203,8 @@ impl Table {
         }
     }
 
-    fn lock(&self, stripe: usize) {
+    /// Takes `stripe`; the odd version it now holds it at.
+    fn lock(&self, stripe: usize) -> u64 {
         let version = &self.stripes[stripe];
         loop {
             let v = version.load(Ordering::Relaxed);
@@ -217,14 +216,16 @@ impl Table {
                 // Orders the odd version before this writer's bucket writes, for a reader
                 // whose `fence(Acquire)` follows a read of one of them.
                 fence(Ordering::Release);
-                return;
+                return v + 1;
             }
             spin();
         }
     }
 
-    fn unlock(&self, stripe: usize) {
-        self.stripes[stripe].fetch_add(1, Ordering::Release);
+    /// Releases a stripe held at `held`: a plain store of the next even version (only the
+    /// holder writes a held stripe's version).
+    fn unlock(&self, (stripe, held): (usize, u64)) {
+        self.stripes[stripe].store(held + 1, Ordering::Release);
     }
 }
 
