@@ -339,6 +339,50 @@ pub fn fmt_rate(x: f64) -> String {
     }
 }
 
+/// Parses `dedup --window`: a time (`90s`, `30min`, `24h`, `7d`, `2w`, `500ms`) or a number
+/// of lines (`10M`, `250k`, `1000000`). A bare `m` is refused as ambiguous.
+pub fn parse_window(s: &str) -> Result<bloom_core::windowed::Window, String> {
+    use bloom_core::windowed::Window;
+    use std::time::Duration;
+    let t = s.trim();
+    let digits = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '_' || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(digits);
+    let millis_per = match unit {
+        "ms" => Some(1.0),
+        "s" => Some(1e3),
+        "min" => Some(60e3),
+        "h" => Some(3_600e3),
+        "d" => Some(86_400e3),
+        "w" => Some(7.0 * 86_400e3),
+        "m" => {
+            return Err(format!(
+                "{s:?} is ambiguous: write {number}min for minutes or {number}M for {number} million lines"
+            ));
+        }
+        _ => None,
+    };
+    match millis_per {
+        Some(per) => {
+            let n: f64 = number
+                .replace('_', "")
+                .parse()
+                .map_err(|_| format!("{s:?} is not a duration such as 24h, 30min or 7d"))?;
+            let millis = n * per;
+            if !(1.0..1e15).contains(&millis) {
+                return Err(format!(
+                    "{s:?}: a window must be from 1 ms to about 30,000 years"
+                ));
+            }
+            Ok(Window::Time(Duration::from_millis(millis.round() as u64)))
+        }
+        None => parse_items(t)
+            .map(Window::Count)
+            .map_err(|e| format!("{e} (or a duration such as 24h, 30min or 7d)")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -428,5 +472,28 @@ mod tests {
         assert_eq!(fmt_rate(0.01004), "0.01004");
         assert_eq!(fmt_rate(1e-9), "1.000e-9");
         assert_eq!(fmt_rate(0.0), "0");
+    }
+
+    #[test]
+    fn windows_parse_as_times_or_line_counts() {
+        use bloom_core::windowed::Window;
+        use std::time::Duration;
+        let h = |n: u64| Window::Time(Duration::from_secs(n * 3_600));
+        assert_eq!(parse_window("24h"), Ok(h(24)));
+        assert_eq!(parse_window("1d"), Ok(h(24)));
+        assert_eq!(parse_window("2w"), Ok(h(336)));
+        assert_eq!(
+            parse_window("30min"),
+            Ok(Window::Time(Duration::from_secs(1_800)))
+        );
+        assert_eq!(
+            parse_window("500ms"),
+            Ok(Window::Time(Duration::from_millis(500)))
+        );
+        assert_eq!(parse_window("10M"), Ok(Window::Count(10_000_000)));
+        assert_eq!(parse_window("250k"), Ok(Window::Count(250_000)));
+        assert!(parse_window("10m").unwrap_err().contains("ambiguous"));
+        assert!(parse_window("0s").is_err());
+        assert!(parse_window("xh").is_err());
     }
 }

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result, anyhow};
 use bloom_core::format::peek;
-use bloom_core::{AnyFilter, BloomFilter, Snapshot, SnapshotLabel};
+use bloom_core::{AnyFilter, BloomFilter, Snapshot, SnapshotLabel, WindowedFilter};
 
 use crate::input::io_msg;
 use crate::output::AtomicFile;
@@ -21,7 +21,7 @@ pub struct Loaded {
     pub label: Option<SnapshotLabel>,
 }
 
-/// Reads and validates a filter file of any kind (plain, counting, scalable, cuckoo), bare or
+/// Reads and validates a filter file of any kind (plain, counting, scalable, cuckoo, windowed), bare or
 /// a service's labelled snapshot. Errors name the file and the problem, e.g. `snapshot.bloom:
 /// file is truncated: 100 bytes, the header promises 1268`.
 pub fn load(path: &Path) -> Result<Loaded> {
@@ -32,12 +32,44 @@ pub fn load(path: &Path) -> Result<Loaded> {
     let bytes = std::fs::read(path).map_err(|e| anyhow!("{name}: cannot read: {}", io_msg(&e)))?;
     let snapshot = Snapshot::read_from(&mut bytes.as_slice()).with_context(|| name.to_string())?;
     let info = peek(&bytes).with_context(|| name.to_string())?;
+    // A windowed filter answers as of now: read it again on the clock `NOW_VARIABLE` may fix.
+    let filter = match snapshot.filter {
+        AnyFilter::Windowed(_) if std::env::var_os(NOW_VARIABLE).is_some() => {
+            let start = snapshot.label.as_ref().map_or(0, |_| {
+                peek(&bytes).ok().and_then(|i| i.label_len).unwrap_or(0) as usize
+            });
+            AnyFilter::Windowed(
+                WindowedFilter::read_from_with_clock(&mut &bytes[start..], clock()?)
+                    .with_context(|| name.to_string())?,
+            )
+        }
+        other => other,
+    };
     Ok(Loaded {
-        filter: snapshot.filter,
+        filter,
         version: info.version,
         file_len: bytes.len() as u64,
         label: snapshot.label,
     })
+}
+
+/// The environment variable that fixes "now" for windowed filters, in milliseconds since
+/// the Unix epoch: to replay a log as of its time, and for tests.
+pub const NOW_VARIABLE: &str = "BLOOM_NOW_UNIX_MS";
+
+/// The wall clock, or the time [`NOW_VARIABLE`] fixes: what a windowed filter is read and
+/// run on.
+pub fn clock() -> Result<std::sync::Arc<dyn bloom_core::windowed::Clock>> {
+    use bloom_core::windowed::{ManualClock, SystemClock};
+    match std::env::var(NOW_VARIABLE) {
+        Ok(text) => {
+            let millis: u64 = text.trim().parse().map_err(|_| {
+                anyhow!("{NOW_VARIABLE}={text:?}: expected milliseconds since the Unix epoch")
+            })?;
+            Ok(std::sync::Arc::new(ManualClock::new(millis)))
+        }
+        Err(_) => Ok(std::sync::Arc::new(SystemClock)),
+    }
 }
 
 /// The commands that need a plain filter file, and why.
@@ -77,8 +109,41 @@ pub fn load_plain(path: &Path, using: PlainUse) -> Result<BloomFilter> {
                  (made by `bloom build` or `bloom dedup`)"
             ),
         }),
+        AnyFilter::Windowed(_) => Err(anyhow!(
+            "{name}: a windowed filter (made by `bloom dedup --window`); `bloom {command}` \
+             works on plain filters: pass the same --window to use it"
+        )),
         other => Err(anyhow!(
             "{name}: a {} Bloom filter; `bloom {command}` works on plain filters (made by `bloom build`)",
+            other.kind()
+        )),
+    }
+}
+
+/// Reads a windowed filter file on `clock`, for `dedup --window --state`: any other kind is
+/// an error that says so.
+pub fn load_windowed(
+    path: &Path,
+    clock: std::sync::Arc<dyn bloom_core::windowed::Clock>,
+) -> Result<WindowedFilter> {
+    let name = path.display();
+    // A bare windowed file (what `dedup` writes) is parsed once, on `clock`.
+    let bytes = std::fs::read(path).map_err(|e| anyhow!("{name}: cannot read: {}", io_msg(&e)))?;
+    if let Ok(info) = peek(&bytes) {
+        if info.kind == bloom_core::format::FilterKind::Windowed && info.label_len.is_none() {
+            return WindowedFilter::read_from_with_clock(&mut bytes.as_slice(), clock)
+                .with_context(|| name.to_string());
+        }
+    }
+    match load(path)?.filter {
+        AnyFilter::Windowed(_) => {
+            let start = peek(&bytes).ok().and_then(|i| i.label_len).unwrap_or(0) as usize;
+            WindowedFilter::read_from_with_clock(&mut &bytes[start..], clock)
+                .with_context(|| name.to_string())
+        }
+        other => Err(anyhow!(
+            "{name}: a {} filter, not a windowed one; `bloom dedup --window` keeps its state in \
+             a windowed filter (drop --window to use this one, or give another --state)",
             other.kind()
         )),
     }

@@ -2090,3 +2090,172 @@ fn calc_compares_the_three_kinds_as_bloom_core_builds_them() {
     );
     assert!(field(&text, "cuckoo").contains("5.8e-5"));
 }
+
+/// `dedup --window 24h` on a fixed clock (`BLOOM_NOW_UNIX_MS`), a run per "hour" with the
+/// state file between: a URL seen 23 h ago is dropped, one first seen 49 h ago (two windows)
+/// passes again; `stats` and `check` read the state as of the same time.
+#[test]
+fn dedup_window_drops_what_it_saw_within_the_window_and_passes_what_expired() {
+    let dir = TempDir::new().unwrap();
+    let (t0, hour) = (1_700_000_000_000u64, 3_600_000u64);
+    let at = |hours: u64, input: &str| {
+        bloom()
+            .current_dir(dir.path())
+            .env("BLOOM_NOW_UNIX_MS", (t0 + hours * hour).to_string())
+            .args([
+                "dedup", "--window", "24h", "-n", "10k", "-p", "0.001", "--seed", "7",
+            ])
+            .args(["--state", "seen.bloom"])
+            .write_stdin(input)
+            .output()
+            .unwrap()
+    };
+    let o = at(0, "https://a/\nhttps://b/\nhttps://a/\n");
+    assert_eq!(
+        (o.status.code(), stdout(&o).as_str()),
+        (Some(0), "https://a/\nhttps://b/\n")
+    );
+    let o = at(23, "https://a/\nhttps://c/\n");
+    assert_eq!(stdout(&o), "https://c/\n", "a, 23 h old, must be dropped");
+    let o = at(49, "https://a/\nhttps://b/\nhttps://c/\n");
+    // a and b: 49 h old, gone; c: 26 h old, between W and W + T (32 h): still dropped.
+    assert_eq!(stdout(&o), "https://a/\nhttps://b/\n");
+
+    let stats = bloom()
+        .current_dir(dir.path())
+        .env("BLOOM_NOW_UNIX_MS", (t0 + 49 * hour).to_string())
+        .args(["stats", "--json", "seen.bloom"])
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+    assert_eq!(json["kind"], "windowed");
+    assert_eq!(json["window"]["unit"], "time_ms");
+    assert_eq!(json["window"]["length"], 86_400_000);
+    assert_eq!(json["window"]["generations"], 4);
+    assert_eq!(json["capacity"], 10_000);
+    let check = bloom()
+        .current_dir(dir.path())
+        .env("BLOOM_NOW_UNIX_MS", (t0 + 49 * hour).to_string())
+        .args(["check", "seen.bloom", "https://c/", "https://zzz/"])
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&check), "maybe\thttps://c/\nabsent\thttps://zzz/\n");
+}
+
+/// A count window: a line repeated within the last W lines is dropped, one whose first
+/// sighting is more than W + W/(G − 1) lines back passes.
+#[test]
+fn dedup_window_by_lines_forgets_after_the_window() {
+    let dir = TempDir::new().unwrap();
+    let args = [
+        "dedup", "--window", "6", "-n", "6", "-p", "0.001", "--seed", "3",
+    ];
+    // W = 6, G = 4: T = 2; "a" is dropped 6 lines later, passes 8 lines later.
+    let within: String = ["a", "1", "2", "3", "4", "5", "a"]
+        .map(|l| format!("{l}\n"))
+        .concat();
+    assert_eq!(
+        stdout(&run(dir.path(), &args, within)),
+        "a\n1\n2\n3\n4\n5\n"
+    );
+    let after: String = ["a", "1", "2", "3", "4", "5", "6", "7", "a"]
+        .map(|l| format!("{l}\n"))
+        .concat();
+    assert_eq!(
+        stdout(&run(dir.path(), &args, after)),
+        "a\n1\n2\n3\n4\n5\n6\n7\na\n"
+    );
+}
+
+#[test]
+fn dedup_window_refuses_mismatched_or_other_states_and_ambiguous_units() {
+    let dir = TempDir::new().unwrap();
+    let windowed = [
+        "dedup", "--window", "24h", "-n", "1k", "-p", "0.01", "--state", "w.bloom",
+    ];
+    assert!(run(dir.path(), &windowed, "x\n").status.success());
+    let before = fs::read(dir.path().join("w.bloom")).unwrap();
+    let other = [
+        "dedup", "--window", "12h", "-n", "1k", "-p", "0.01", "--state", "w.bloom",
+    ];
+    let o = run(dir.path(), &other, "y\n");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("does not match these options"),
+        "{}",
+        stderr(&o)
+    );
+    let plain = ["dedup", "-n", "1k", "-p", "0.01", "--state", "w.bloom"];
+    let o = run(dir.path(), &plain, "y\n");
+    assert!(stderr(&o).contains("a windowed filter"), "{}", stderr(&o));
+    assert_eq!(
+        fs::read(dir.path().join("w.bloom")).unwrap(),
+        before,
+        "a refused run changed the state"
+    );
+
+    assert!(
+        run(
+            dir.path(),
+            &["dedup", "-n", "1k", "-p", "0.01", "--state", "p.bloom"],
+            "x\n"
+        )
+        .status
+        .success()
+    );
+    let o = run(
+        dir.path(),
+        &[
+            "dedup", "--window", "1h", "-n", "1k", "-p", "0.01", "--state", "p.bloom",
+        ],
+        "x\n",
+    );
+    assert!(stderr(&o).contains("not a windowed one"), "{}", stderr(&o));
+    let o = run(
+        dir.path(),
+        &["dedup", "--window", "10m", "-n", "1k", "-p", "0.01"],
+        "x\n",
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("10min for minutes or 10M"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// The state is replaced atomically: a run killed with SIGKILL after reading input leaves the
+/// previous state byte for byte, and no temporary file.
+#[test]
+fn a_killed_windowed_dedup_keeps_the_previous_state() {
+    use std::io::Write as _;
+    let dir = TempDir::new().unwrap();
+    let args = [
+        "dedup",
+        "--window",
+        "24h",
+        "-n",
+        "100k",
+        "-p",
+        "0.01",
+        "--state",
+        "seen.bloom",
+    ];
+    assert!(run(dir.path(), &args, "a\nb\n").status.success());
+    let before = fs::read(dir.path().join("seen.bloom")).unwrap();
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("bloom"))
+        .current_dir(dir.path())
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"c\nd\n").unwrap();
+    stdin.flush().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert_eq!(fs::read(dir.path().join("seen.bloom")).unwrap(), before);
+    assert_eq!(listing(dir.path()), ["seen.bloom"]);
+}

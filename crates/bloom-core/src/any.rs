@@ -6,6 +6,7 @@ use std::fmt;
 
 use crate::{
     BloomFilter, CountingBloomFilter, CuckooFilter, FilterFull, Key, Layout, ScalableBloomFilter,
+    WindowedFilter,
 };
 
 /// Forwards to the filter inside whichever variant `$self` is: `$f` names it in `$body`.
@@ -19,12 +20,13 @@ macro_rules! dispatch {
             AnyFilter::Counting($f) => $body,
             AnyFilter::Scalable($f) => $body,
             AnyFilter::Cuckoo($f) => $body,
+            AnyFilter::Windowed($f) => $body,
         }
     };
 }
 
-/// A [`BloomFilter`], a [`CountingBloomFilter`], a [`ScalableBloomFilter`] or a
-/// [`CuckooFilter`].
+/// A [`BloomFilter`], a [`CountingBloomFilter`], a [`ScalableBloomFilter`], a
+/// [`CuckooFilter`] or a [`WindowedFilter`].
 ///
 /// Every variant inserts and answers lookups with the same keyed hashing and the same
 /// "never a false negative" contract; they differ in what else they can do (the measured
@@ -36,6 +38,7 @@ macro_rules! dispatch {
 /// | counting | 4× plain (a 4-bit counter a bit) | yes        | yes                          | no    |
 /// | scalable | more than plain: each new stage is sized for a stricter rate, and the newest is partly empty | no | no: it adds stages | no |
 /// | cuckoo   | ≈ 9.5 bits per key (fewer than plain below p ≈ 3 %) | yes | yes: a full one refuses inserts ([`try_insert`](Self::try_insert)) | no |
+/// | windowed | `N + 1` plain filters of a period's keys each | no: keys fade out after the window | the keys per window | no |
 ///
 /// [`read_from`](Self::read_from) reads a file of any kind.
 ///
@@ -58,6 +61,8 @@ pub enum AnyFilter {
     Scalable(ScalableBloomFilter),
     /// Fingerprints in buckets: supports [`remove`](Self::remove), refuses inserts when full.
     Cuckoo(CuckooFilter),
+    /// Keys seen within a window of time or of inserts.
+    Windowed(WindowedFilter),
 }
 
 impl AnyFilter {
@@ -101,6 +106,7 @@ impl AnyFilter {
             Self::Counting(f) => Ok(f.insert(key)),
             Self::Scalable(f) => Ok(f.insert(key)),
             Self::Cuckoo(f) => f.insert(key).map(|()| true),
+            Self::Windowed(f) => Ok(f.insert(key)),
         }
     }
 
@@ -140,7 +146,7 @@ impl AnyFilter {
         match self {
             Self::Counting(f) => Some(f.remove(key)),
             Self::Cuckoo(f) => Some(f.remove(key)),
-            Self::Plain(_) | Self::Scalable(_) => None,
+            Self::Plain(_) | Self::Scalable(_) | Self::Windowed(_) => None,
         }
     }
 
@@ -157,7 +163,7 @@ impl AnyFilter {
         matches!(self, Self::Counting(_) | Self::Cuckoo(_))
     }
 
-    /// "plain", "counting", "scalable" or "cuckoo": for logs and metric labels.
+    /// "plain", "counting", "scalable", "cuckoo" or "windowed": for logs and metric labels.
     ///
     /// ```
     /// use bloom_core::{AnyFilter, BloomFilter, CountingBloomFilter, ScalableBloomFilter};
@@ -174,6 +180,7 @@ impl AnyFilter {
             Self::Counting(_) => "counting",
             Self::Scalable(_) => "scalable",
             Self::Cuckoo(_) => "cuckoo",
+            Self::Windowed(_) => "windowed",
         }
     }
 
@@ -243,6 +250,23 @@ impl AnyFilter {
         }
     }
 
+    /// The windowed filter, if this is one.
+    ///
+    /// ```
+    /// use bloom_core::AnyFilter;
+    /// use bloom_core::windowed::{Window, WindowedFilter};
+    ///
+    /// let f = AnyFilter::from(WindowedFilter::builder(Window::Count(10)).expected_items(10).false_positive_rate(0.01).build()?);
+    /// assert_eq!(f.as_windowed().map(|w| w.window()), Some(Window::Count(10)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn as_windowed(&self) -> Option<&WindowedFilter> {
+        match self {
+            Self::Windowed(f) => Some(f),
+            _ => None,
+        }
+    }
+
     /// The Bloom layout (of every stage, for a scalable filter); `None` for a cuckoo filter,
     /// which has none.
     ///
@@ -264,6 +288,7 @@ impl AnyFilter {
             Self::Plain(f) => Some(f.layout()),
             Self::Counting(f) => Some(f.layout()),
             Self::Scalable(f) => Some(f.layout()),
+            Self::Windowed(f) => Some(f.layout()),
             Self::Cuckoo(_) => None,
         }
     }
@@ -297,6 +322,7 @@ impl AnyFilter {
             Self::Plain(f) => f.capacity(),
             Self::Counting(f) => f.capacity(),
             Self::Cuckoo(f) => f.capacity(),
+            Self::Windowed(f) => Some(f.expected_items()),
             Self::Scalable(_) => None,
         }
     }
@@ -314,7 +340,13 @@ impl AnyFilter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn target_fpr(&self) -> Option<f64> {
-        dispatch!(self, f => f.target_fpr())
+        match self {
+            Self::Plain(f) => f.target_fpr(),
+            Self::Counting(f) => f.target_fpr(),
+            Self::Scalable(f) => f.target_fpr(),
+            Self::Cuckoo(f) => f.target_fpr(),
+            Self::Windowed(f) => Some(f.target_fpr()),
+        }
     }
 
     /// Bits (slots, for a counting filter; summed over stages, for a scalable one; the
@@ -334,6 +366,7 @@ impl AnyFilter {
             Self::Counting(f) => f.num_slots(),
             Self::Scalable(f) => f.num_bits(),
             Self::Cuckoo(f) => f.num_buckets() * u64::from(4 * f.fingerprint_bits() - 4),
+            Self::Windowed(f) => f.num_bits(),
         }
     }
 
@@ -371,6 +404,7 @@ impl AnyFilter {
             Self::Counting(f) => f.fill_ratio(),
             Self::Scalable(f) => f.count_ones() as f64 / f.num_bits() as f64,
             Self::Cuckoo(f) => f.load_factor(),
+            Self::Windowed(f) => f.fill_ratio(),
         }
     }
 
@@ -393,6 +427,7 @@ impl AnyFilter {
             Self::Counting(f) => f.estimated_items(),
             Self::Scalable(f) => f.estimated_items(),
             Self::Cuckoo(f) => f.len() as f64,
+            Self::Windowed(f) => f.estimated_items(),
         }
     }
 
@@ -438,6 +473,12 @@ impl From<CuckooFilter> for AnyFilter {
     }
 }
 
+impl From<WindowedFilter> for AnyFilter {
+    fn from(filter: WindowedFilter) -> Self {
+        Self::Windowed(filter)
+    }
+}
+
 impl fmt::Debug for AnyFilter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         dispatch!(self, filter => fmt::Debug::fmt(filter, f))
@@ -450,7 +491,7 @@ mod tests {
     use crate::DecodeError;
     use crate::format::KIND_OFFSET;
 
-    fn each_kind() -> [AnyFilter; 4] {
+    fn each_kind() -> [AnyFilter; 5] {
         [
             BloomFilter::builder()
                 .expected_items(1_000)
@@ -473,6 +514,13 @@ mod tests {
                 .into(),
             CuckooFilter::builder()
                 .expected_items(1_000)
+                .false_positive_rate(0.01)
+                .seed(3)
+                .build()
+                .unwrap()
+                .into(),
+            WindowedFilter::builder(crate::windowed::Window::Count(5_000))
+                .expected_items(5_000)
                 .false_positive_rate(0.01)
                 .seed(3)
                 .build()
@@ -520,7 +568,8 @@ mod tests {
 
     #[test]
     fn only_a_counting_or_cuckoo_filter_removes() {
-        let [plain, counting, scalable, cuckoo] = each_kind();
+        let [plain, counting, scalable, cuckoo, windowed] = each_kind();
+        assert_eq!(windowed.remove("k"), None);
         for filter in [&plain, &counting, &scalable, &cuckoo] {
             filter.insert("k");
         }

@@ -123,6 +123,19 @@ pub enum BuildError {
     /// An explicit cuckoo filter of 0 buckets.
     #[error("number of buckets must be at least 1")]
     ZeroBuckets,
+    /// A windowed filter's generations outside the supported range.
+    #[error("generations must be from {min} to {max}, got {generations}")]
+    Generations {
+        /// The requested number.
+        generations: u32,
+        /// The fewest.
+        min: u32,
+        /// The most.
+        max: u32,
+    },
+    /// A windowed filter's window of no time (or no inserts).
+    #[error("the window must be at least one millisecond (or one insert) per generation")]
+    ZeroWindow,
 }
 
 /// Configures and builds a filter of kind `F`: a [`BloomFilter`] (the default) from

@@ -277,8 +277,14 @@ impl BloomFilter {
         }
     }
 
+    /// The key's hash, as every probe of this filter derives it.
     #[inline(always)]
-    fn prefetch(&self, h: KeyHash) {
+    pub(crate) fn key_hash<K: Key + ?Sized>(&self, key: &K) -> KeyHash {
+        self.hasher.hash(key)
+    }
+
+    #[inline(always)]
+    pub(crate) fn prefetch(&self, h: KeyHash) {
         match self.layout {
             Layout::Blocked | Layout::SplitBlock => self
                 .bits

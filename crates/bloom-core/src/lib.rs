@@ -16,6 +16,7 @@ mod probe;
 mod scalable;
 mod snapshot;
 mod sync;
+pub mod windowed;
 
 pub use any::AnyFilter;
 pub use builder::{BuildError, Builder};
@@ -28,3 +29,4 @@ pub use layout::{Layout, ParseLayoutError};
 pub use params::Params;
 pub use scalable::{MAX_STAGES, ScalableBloomFilter, ScalableBuilder, StageStats};
 pub use snapshot::{Snapshot, SnapshotLabel};
+pub use windowed::WindowedFilter;

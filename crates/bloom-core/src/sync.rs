@@ -1,8 +1,12 @@
-//! Atomics used by the bit array and the cuckoo table: std's normally, loom's when
-//! model-checking (`--cfg loom`).
+//! Atomics used by the bit array, the cuckoo table and the windowed filter: std's normally,
+//! loom's when model-checking (`--cfg loom`).
 
 #[cfg(loom)]
+pub(crate) use loom::sync::Mutex;
+#[cfg(loom)]
 pub(crate) use loom::sync::atomic::{AtomicU64, Ordering, fence};
+#[cfg(not(loom))]
+pub(crate) use std::sync::Mutex;
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{AtomicU64, Ordering, fence};
 

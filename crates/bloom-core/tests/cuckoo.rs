@@ -6,8 +6,8 @@
 //! prints the tables `benches/README.md` reports.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::Arc;
 use std::cell::Cell;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 

@@ -143,12 +143,12 @@ macro_rules! assert_rejects {
 }
 
 /// Whether `e` refuses a file for its kind byte `kind` (offset 10) and for nothing else:
-/// kinds 1, 2 and 3 are the counting, scalable and cuckoo filters, valid files of another
-/// structure (`WrongKind`); other values are unknown (`UnsupportedKind`).
+/// kinds 1 to 4 are the counting, scalable, cuckoo and windowed filters, valid files of
+/// another structure (`WrongKind`); other values are unknown (`UnsupportedKind`).
 fn refused_for_its_kind(e: &DecodeError, kind: u8) -> bool {
     match e {
-        DecodeError::WrongKind { .. } => (1..=3).contains(&kind),
-        DecodeError::UnsupportedKind { found } => *found == kind && kind > 3,
+        DecodeError::WrongKind { .. } => (1..=4).contains(&kind),
+        DecodeError::UnsupportedKind { found } => *found == kind && kind > 4,
         _ => false,
     }
 }
@@ -436,13 +436,13 @@ fn versions_other_than_1_are_unsupported() {
 #[test]
 fn unknown_kinds_and_layouts_have_their_own_variants() {
     let (_, f) = small_filters().remove(0);
-    for kind in [4u8, 0x80, 0xFF] {
+    for kind in [5u8, 0x80, 0xFF] {
         let mut bytes = f.to_bytes();
         bytes[10] = kind;
         fix_crc(&mut bytes);
         assert_rejects!(bytes, DecodeError::UnsupportedKind { found } if found == kind, "kind {kind}");
     }
-    for kind in [1u8, 2, 3] {
+    for kind in [1u8, 2, 3, 4] {
         let mut bytes = f.to_bytes();
         bytes[10] = kind;
         fix_crc(&mut bytes);

@@ -11,10 +11,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use bloom_core::windowed::{Window, WindowedFilter};
 use bloom_core::{BloomFilter, params};
 use indicatif::HumanBytes;
 
-use crate::args::{InputArgs, SizeArgs, fmt_rate, parse_seed};
+use crate::args::{InputArgs, SizeArgs, fmt_rate, parse_seed, parse_window};
 use crate::cmd::{STDOUT_BUFFER, raw_stdout, stdout_failed};
 use crate::filter_file::PlainUse;
 use crate::input::{Lines, stdin_reader};
@@ -32,9 +33,21 @@ Examples:
   zcat urls.gz | bloom dedup --items 100M --fpr 1e-4 > unique.txt
   crawl-frontier | bloom dedup --items 1G --fpr 1e-3 --state seen.bloom --stats | fetch
 
+  crawl-frontier | bloom dedup --window 24h --items 50M --fpr 1e-3 --state seen.bloom | fetch
+
+--window W: forget lines after W, so a line seen again later passes again: a time (500ms,
+90s, 30min, 24h, 7d, 2w; by the wall clock) or a number of lines (10M, 250k: the last W lines
+read, repeats included). A line is dropped if it was seen within the last W, and passes once
+it is older than W + W/(G-1) (G = --generations, default 4); --items is then the lines
+per window. BLOOM_NOW_UNIX_MS fixes the time (milliseconds since the Unix epoch), to replay
+a log as of its time. With --state the window is kept across runs: a crawler restarted every hour
+still drops what it fetched in the last day, and lines that expired while it was stopped
+pass again.
+
 --state FILE: if FILE exists, it is loaded and must have been created with the same --items,
---fpr and --layout (and --seed, if one is given): a mismatch is an error, nothing is read.
-FILE must hold a plain Bloom filter (a counting, scalable or cuckoo filter is refused).
+--fpr and --layout (and --seed, if one is given; --window and --generations if given): a
+mismatch is an error, nothing is read. Without --window FILE must hold a plain Bloom filter
+(a counting, scalable, cuckoo or windowed filter is refused); with --window, a windowed one.
 If it does not exist, a new filter is used. Either way the filter is saved to FILE,
 atomically, when standard input ends. On any error (including a closed output pipe) FILE
 is left as it was, so a rerun repeats the interrupted part rather than losing it.")]
@@ -52,6 +65,13 @@ pub struct Args {
     /// The secret 128-bit hash key, decimal or 0x-hex [default: random, or the state's].
     #[arg(long, value_name = "SEED", value_parser = parse_seed)]
     seed: Option<u128>,
+    /// Forget lines after this long (24h, 30min, 7d) or this many lines (10M).
+    #[arg(long, value_name = "W", value_parser = parse_window)]
+    window: Option<Window>,
+    /// With --window: the generations a lookup checks (2 to 64): lines fade out between W
+    /// and W·G/(G−1).
+    #[arg(long, value_name = "G", default_value_t = 4, requires = "window")]
+    generations: u32,
     /// Print lines in and out, dropped, elapsed time and throughput to stderr at the end.
     #[arg(long)]
     stats: bool,
@@ -64,6 +84,9 @@ pub struct Args {
 
 /// Runs the filter over standard input.
 pub fn run(args: &Args) -> Result<()> {
+    if let Some(window) = args.window {
+        return run_windowed(args, window);
+    }
     let setup = Instant::now();
     // Fail on an unwritable state path before reading any input.
     let state_out = args.state.as_deref().map(AtomicFile::create).transpose()?;
@@ -210,4 +233,115 @@ fn report<R>(
         saved = saved.as_secs_f64(),
         fpr = fmt_rate(fpr),
     );
+}
+
+/// `--window`: the same stream through a [`WindowedFilter`], whose state file keeps the
+/// window across runs.
+fn run_windowed(args: &Args, window: Window) -> Result<()> {
+    let setup = Instant::now();
+    let clock = crate::filter_file::clock()?;
+    let state_out = args.state.as_deref().map(AtomicFile::create).transpose()?;
+    let filter = match &args.state {
+        Some(path) if path.exists() => {
+            let filter = crate::filter_file::load_windowed(path, clock)?;
+            check_windowed_state(&filter, args, window, &path.display().to_string())?;
+            filter
+        }
+        _ => {
+            let mut builder = WindowedFilter::builder(window)
+                .expected_items(args.size.items)
+                .false_positive_rate(args.size.fpr)
+                .generations(args.generations)
+                .layout(args.size.layout())
+                .clock(clock);
+            if let Some(seed) = args.seed {
+                builder = builder.seed(seed);
+            }
+            builder.build().context("cannot size the filter")?
+        }
+    };
+    let setup = setup.elapsed();
+
+    let start = Instant::now();
+    let mut lines = Lines::new(
+        stdin_reader(),
+        "stdin".to_owned(),
+        args.input.max_line_bytes,
+    );
+    let mut out = BufWriter::with_capacity(STDOUT_BUFFER, raw_stdout());
+    let mut kept = 0u64;
+    let mut seen = Vec::new();
+    while let Some(batch) = lines.next_batch()? {
+        seen.clear();
+        filter.seen_or_insert_many_with(batch.iter(), |s| seen.push(s));
+        for (line, _) in batch.iter().zip(&seen).filter(|(_, seen)| !**seen) {
+            out.write_all(line)
+                .and_then(|()| out.write_all(b"\n"))
+                .map_err(|e| stdout_failed(&e))?;
+            kept += 1;
+        }
+        out.flush().map_err(|e| stdout_failed(&e))?;
+    }
+    drop(out);
+    let streamed = start.elapsed();
+
+    let saved = Instant::now();
+    if let Some(file) = state_out {
+        file.commit(|w| filter.write_to(w))?;
+    }
+    let saved = saved.elapsed();
+    if args.stats {
+        let (n, bytes) = (lines.lines(), lines.bytes());
+        let secs = streamed.as_secs_f64().max(1e-9);
+        let _ = write!(
+            io::stderr().lock(),
+            "bloom dedup: {n} lines in, {kept} out, {dropped} dropped as seen within the window\n\
+             bloom dedup: {human} in {secs:.3} s: {mlps:.2} M lines/s, {mbps:.1} MB/s \
+             (+ {setup:.3} s filter setup, {saved:.3} s state save)\n\
+             bloom dedup: about {items:.0} distinct lines inside the window of the {cap} it was sized for; \
+             a new line is now dropped with probability {fpr}\n",
+            dropped = n - kept,
+            human = HumanBytes(bytes),
+            mlps = n as f64 / secs / 1e6,
+            mbps = bytes as f64 / secs / 1e6,
+            setup = setup.as_secs_f64(),
+            saved = saved.as_secs_f64(),
+            items = filter.estimated_items(),
+            cap = filter.expected_items(),
+            fpr = fmt_rate(filter.current_fpr()),
+        );
+    }
+    Ok(())
+}
+
+/// A windowed state must be the filter these arguments would create.
+fn check_windowed_state(
+    filter: &WindowedFilter,
+    args: &Args,
+    window: Window,
+    name: &str,
+) -> Result<()> {
+    let was = format!(
+        " (it was created with --window {} --generations {} --items {} --fpr {} --layout {})",
+        match filter.window() {
+            Window::Time(d) => format!("{}ms", d.as_millis()),
+            Window::Count(n) => n.to_string(),
+        },
+        filter.generations(),
+        filter.expected_items(),
+        filter.target_fpr(),
+        filter.layout(),
+    );
+    if filter.window() != window
+        || filter.generations() != args.generations
+        || filter.expected_items() != args.size.items
+        || filter.target_fpr() != args.size.fpr
+        || filter.layout() != args.size.layout()
+    {
+        bail!("{name}: the state does not match these options{was}");
+    }
+    if args.seed.is_some_and(|s| s != filter.seed()) {
+        bail!("{name}: the state's hash key differs from --seed");
+    }
+    Ok(())
 }

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
+use bloom_core::windowed::Window;
 use bloom_core::{AnyFilter, BloomFilter, Layout, StageStats, params};
 use indicatif::HumanBytes;
 use serde_json::json;
@@ -21,7 +22,7 @@ Examples:
   bloom stats users.bloom
   bloom stats --json users.bloom | jq .current_fpr
 
-JSON fields: file, format_version, kind (plain, counting, scalable or cuckoo), layout (null
+JSON fields: file, format_version, kind (plain, counting, scalable, cuckoo or windowed), layout (null
 for cuckoo), bits, hashes (null for cuckoo), size_bytes, file_bytes, set_bits (null for
 cuckoo), fill_ratio, estimated_items (null if every bit is set), current_fpr, capacity and
 target_fpr (null when the filter was sized by bits or buckets), expected_fpr_at_capacity (null
@@ -32,7 +33,10 @@ hashes, target_fpr, fill_ratio, current_fpr; capacity, hashes and expected_fpr_a
 are then null at the top level), snapshot (a service's snapshot, as `SharedFilter::save`
 writes: name, watermark_hex, saved_at_unix_ms; null for a bare filter file); for cuckoo
 filters (null for the others): buckets, fingerprint_bits, slots (4 per bucket), items (the
-exact number of fingerprints stored) and load_factor (items / slots).
+exact number of fingerprints stored) and load_factor (items / slots); window (windowed
+filters, else null): unit (time_ms or inserts), length, generations, period, epoch, inserts;
+a windowed filter's capacity is its keys per window and its bits, fill and estimate are
+over the generations in the window.
 
 A counting filter's bits are its non-zero counters; a scalable filter's are summed over its
 stages, and its current_fpr is the compound rate. A cuckoo filter's bits are its buckets'
@@ -87,8 +91,18 @@ struct CuckooFigures {
     load_factor: f64,
 }
 
+/// A windowed filter's own figures.
+struct WindowFigures {
+    window: Window,
+    generations: u32,
+    period: u64,
+    epoch: u64,
+    inserts: u64,
+}
+
 /// What `stats` reports, for any kind of filter.
 struct Figures {
+    window: Option<WindowFigures>,
     kind: &'static str,
     detail: Detail,
     bits: u64,
@@ -133,8 +147,34 @@ impl Figures {
                     at_capacity: None,
                     saturated_counters: None,
                     stages: Some(stages),
+                    window: None,
                 }
             }
+            AnyFilter::Windowed(w) => Self {
+                kind: "windowed",
+                detail: Detail::Bits {
+                    layout: w.layout(),
+                    set_bits: w.count_ones(),
+                },
+                bits: w.num_bits(),
+                hashes: Some(w.num_hashes()),
+                size_bytes: w.size_in_bytes(),
+                fill: w.fill_ratio(),
+                estimated: w.estimated_items(),
+                current: w.current_fpr(),
+                capacity: Some(w.expected_items()),
+                target: Some(w.target_fpr()),
+                at_capacity: Some(w.target_fpr()),
+                saturated_counters: None,
+                stages: None,
+                window: Some(WindowFigures {
+                    window: w.window(),
+                    generations: w.generations(),
+                    period: w.period(),
+                    epoch: w.epoch(),
+                    inserts: w.inserts(),
+                }),
+            },
             AnyFilter::Cuckoo(c) => Self {
                 kind: "cuckoo",
                 detail: Detail::Cuckoo(CuckooFigures {
@@ -157,6 +197,7 @@ impl Figures {
                     .map(|n| cuckoo_fpr(c.fingerprint_bits(), n as f64 / c.slots() as f64)),
                 saturated_counters: None,
                 stages: None,
+                window: None,
             },
         }
     }
@@ -182,6 +223,7 @@ impl Figures {
                 .map(|n| params::expected_fpr(f.layout(), f.num_bits(), f.num_hashes(), n as f64)),
             saturated_counters: None,
             stages: None,
+            window: None,
         }
     }
 }
@@ -249,6 +291,20 @@ fn json_text(args: &Args, loaded: &Loaded, f: &Figures, saturated: bool) -> Stri
         "slots": cuckoo.map(|c| c.slots),
         "items": cuckoo.map(|c| c.items),
         "load_factor": cuckoo.map(|c| c.load_factor),
+        "window": f.window.as_ref().map(|w| {
+            let (kind, length) = match w.window {
+                Window::Time(d) => ("time_ms", d.as_millis() as u64),
+                Window::Count(n) => ("inserts", n),
+            };
+            json!({
+                "unit": kind,
+                "length": length,
+                "generations": w.generations,
+                "period": w.period,
+                "epoch": w.epoch,
+                "inserts": w.inserts,
+            })
+        }),
     });
     format!("{value:#}\n")
 }
@@ -308,6 +364,25 @@ fn human_text(args: &Args, loaded: &Loaded, f: &Figures, saturated: bool) -> Str
             estimated = f.estimated,
         )),
     }
+    if let Some(w) = &f.window {
+        let (length, show): (u64, fn(u64) -> String) = match w.window {
+            Window::Time(d) => (d.as_millis() as u64, fmt_millis),
+            Window::Count(n) => (n, |n| format!("{n} lines")),
+        };
+        s.push_str(&format!(
+            "window:          {window}, {g} generations of {period} (a key fades out between {window} and {end} after its insert)\n\
+             epoch:           {epoch}{inserts}\n",
+            window = show(length),
+            g = w.generations,
+            period = show(w.period),
+            end = show(length + w.period),
+            epoch = w.epoch,
+            inserts = match w.window {
+                Window::Count(_) => format!(" ({} lines so far)", w.inserts),
+                Window::Time(_) => String::new(),
+            },
+        ));
+    }
     s.push_str(&format!(
         "current fpr:     {current}\n\
          capacity:        {capacity}\n\
@@ -352,4 +427,20 @@ fn human_text(args: &Args, loaded: &Loaded, f: &Figures, saturated: bool) -> Str
 /// Bytes as lower-case hex (a snapshot's watermark is opaque to the CLI).
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Milliseconds in the largest unit that divides them: `24h`, `30min`, `1500ms`.
+fn fmt_millis(ms: u64) -> String {
+    const UNITS: [(u64, &str); 5] = [
+        (86_400_000, "d"),
+        (3_600_000, "h"),
+        (60_000, "min"),
+        (1_000, "s"),
+        (1, "ms"),
+    ];
+    let (per, unit) = UNITS
+        .into_iter()
+        .find(|(per, _)| ms % per == 0 && ms >= *per)
+        .unwrap_or((1, "ms"));
+    format!("{}{unit}", ms / per)
 }

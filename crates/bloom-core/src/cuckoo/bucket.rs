@@ -257,7 +257,11 @@ mod tests {
     fn encode_ranks_like_the_table() {
         for (code, &packed) in DECODE[..CODES].iter().enumerate() {
             let n = |i: u32| usize::from((packed >> (12 - 4 * i)) & 0xF);
-            assert_eq!(usize::from(code_of(n(0), n(1), n(2), n(3))), code, "{packed:04x}");
+            assert_eq!(
+                usize::from(code_of(n(0), n(1), n(2), n(3))),
+                code,
+                "{packed:04x}"
+            );
         }
     }
 

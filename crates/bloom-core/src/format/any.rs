@@ -5,7 +5,9 @@ use std::io::{self, Read, Write};
 
 use super::header::{FilterKind, KIND_OFFSET, kind_at};
 use super::{DecodeError, read_up_to};
-use crate::{AnyFilter, BloomFilter, CountingBloomFilter, CuckooFilter, ScalableBloomFilter};
+use crate::{
+    AnyFilter, BloomFilter, CountingBloomFilter, CuckooFilter, ScalableBloomFilter, WindowedFilter,
+};
 
 impl AnyFilter {
     /// The filter in the file format of its kind (see `docs/FORMAT.md`).
@@ -25,6 +27,7 @@ impl AnyFilter {
             AnyFilter::Counting(f) => f.to_bytes(),
             AnyFilter::Scalable(f) => f.to_bytes(),
             AnyFilter::Cuckoo(f) => f.to_bytes(),
+            AnyFilter::Windowed(f) => f.to_bytes(),
         }
     }
 
@@ -45,6 +48,7 @@ impl AnyFilter {
             AnyFilter::Counting(f) => f.write_to(w),
             AnyFilter::Scalable(f) => f.write_to(w),
             AnyFilter::Cuckoo(f) => f.write_to(w),
+            AnyFilter::Windowed(f) => f.write_to(w),
         }
     }
 
@@ -67,6 +71,7 @@ impl AnyFilter {
                 ScalableBloomFilter::from_bytes(bytes).map(Self::Scalable)
             }
             Some(FilterKind::Cuckoo) => CuckooFilter::from_bytes(bytes).map(Self::Cuckoo),
+            Some(FilterKind::Windowed) => WindowedFilter::from_bytes(bytes).map(Self::Windowed),
             // Also anything unrecognisable: the plain decoder names what is wrong with it.
             Some(FilterKind::Plain) | None => BloomFilter::from_bytes(bytes).map(Self::Plain),
         }
@@ -96,6 +101,7 @@ impl AnyFilter {
                 ScalableBloomFilter::read_from(&mut whole).map(Self::Scalable)
             }
             Some(FilterKind::Cuckoo) => CuckooFilter::read_from(&mut whole).map(Self::Cuckoo),
+            Some(FilterKind::Windowed) => WindowedFilter::read_from(&mut whole).map(Self::Windowed),
             Some(FilterKind::Plain) | None => BloomFilter::read_from(&mut whole).map(Self::Plain),
         }
     }

@@ -4,14 +4,14 @@
 //! [`FilterKind`] and the layout. The other 52 are six fields of the same types at the same
 //! places in every kind, each kind giving them its own meaning:
 //!
-//! | bytes  | type | plain, counting          | scalable           | cuckoo                  |
-//! |--------|------|--------------------------|--------------------|-------------------------|
-//! | 12..16 | u32  | k                        | S, stages          | f, slots per bucket     |
-//! | 16..24 | u64  | m                        | n₀                 | m, buckets              |
-//! | 24..40 | u128 | hash key                 | hash key           | hash key                |
-//! | 40..48 | u64  | capacity                 | growth (f64)       | capacity                |
-//! | 48..56 | u64  | target FPR (f64)         | p (f64)            | target FPR (f64)        |
-//! | 56..64 | u64  | W, words in the body     | r (f64)            | W, words in the body    |
+//! | bytes  | type | plain, counting          | scalable           | cuckoo                  | windowed               |
+//! |--------|------|--------------------------|--------------------|-------------------------|------------------------|
+//! | 12..16 | u32  | k                        | S, stages          | f, slots per bucket     | N, window kind         |
+//! | 16..24 | u64  | m                        | n₀                 | m, buckets              | W, the window's length |
+//! | 24..40 | u128 | hash key                 | hash key           | hash key                | hash key               |
+//! | 40..48 | u64  | capacity                 | growth (f64)       | capacity                | n, keys per window     |
+//! | 48..56 | u64  | target FPR (f64)         | p (f64)            | target FPR (f64)        | p (f64)                |
+//! | 56..64 | u64  | W, words in the body     | r (f64)            | W, words in the body    | T, the period          |
 //!
 //! A cuckoo filter has no Bloom layout: its layout byte is 0 and a reader refuses any other.
 
@@ -48,6 +48,9 @@ pub enum FilterKind {
     Scalable = 2,
     /// Kind 3, fingerprints in buckets: a [`CuckooFilter`](crate::CuckooFilter).
     Cuckoo = 3,
+    /// Kind 4, a ring of plain filters over a window:
+    /// a [`WindowedFilter`](crate::WindowedFilter).
+    Windowed = 4,
 }
 
 impl FilterKind {
@@ -57,6 +60,7 @@ impl FilterKind {
             1 => Some(Self::Counting),
             2 => Some(Self::Scalable),
             3 => Some(Self::Cuckoo),
+            4 => Some(Self::Windowed),
             _ => None,
         }
     }
@@ -68,6 +72,7 @@ impl FilterKind {
             Self::Counting => "counting Bloom filter",
             Self::Scalable => "scalable Bloom filter",
             Self::Cuckoo => "cuckoo filter",
+            Self::Windowed => "windowed Bloom filter",
         }
     }
 }

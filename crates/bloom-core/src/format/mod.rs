@@ -6,7 +6,8 @@
 //!   each kind names;
 //! * `checksum.rs`: the one CRC-32C, which ends every container;
 //! * the containers: `words.rs` (a plain or counting filter's words), `stages.rs` (a
-//!   scalable filter's list of stages), `cuckoo.rs` (a cuckoo filter's packed buckets) and `label.rs` (a snapshot's label in front of a
+//!   scalable filter's list of stages), `cuckoo.rs` (a cuckoo filter's packed buckets),
+//!   `windowed.rs` (a windowed filter's ring of generations) and `label.rs` (a snapshot's label in front of a
 //!   filter of any kind, [`SNAPSHOT_MAGIC`]);
 //! * `any.rs`: reading a file of whichever kind; `peek.rs`: what a file is, from its first
 //!   bytes ([`peek()`]); `read.rs`: filling a buffer from a reader that may return less.
@@ -34,6 +35,7 @@ mod read;
 mod stages;
 #[cfg(test)]
 mod tests;
+mod windowed;
 mod words;
 
 pub use error::DecodeError;

@@ -20,7 +20,7 @@ pub struct FileInfo {
     /// Bytes of the filter's header (the same for every kind).
     pub header_len: u64,
     /// Bytes of the whole filter, header to checksum, as its header states them: `None` for
-    /// a scalable filter, which is as long as its stages (its header says only how many).
+    /// a scalable or windowed filter, which is as long as its stages or generations.
     pub filter_len: Option<u64>,
 }
 
@@ -76,7 +76,7 @@ pub fn peek(bytes: &[u8]) -> Result<FileInfo, DecodeError> {
             let body_len = super::cuckoo::num_words_of(header).saturating_mul(8);
             Some(((HEADER_LEN + CHECKSUM_LEN) as u64).saturating_add(body_len))
         }
-        FilterKind::Scalable => None,
+        FilterKind::Scalable | FilterKind::Windowed => None,
     };
     Ok(FileInfo {
         label_len,

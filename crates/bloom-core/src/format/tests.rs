@@ -89,6 +89,7 @@ fn every_kind_streams_its_file_in_bounded_writes() {
             AnyFilter::Counting(f) => f.write_to(w),
             AnyFilter::Scalable(f) => f.write_to(w),
             AnyFilter::Cuckoo(f) => f.write_to(w),
+            AnyFilter::Windowed(f) => f.write_to(w),
         });
         assert!(by_kind.bytes == expected, "{}", filter.kind());
         let any = streamed(|w| filter.write_to(w));

@@ -169,6 +169,18 @@ impl Shared {
                 .build()
                 .map(AnyFilter::from)
             }
+            // The source's keys go in as seen now: each rebuild restarts their window.
+            (AnyFilter::Windowed(windowed), wanted) => {
+                let next = windowed
+                    .to_builder()
+                    .expected_items(wanted.unwrap_or(windowed.expected_items()).max(1));
+                match seed {
+                    Some(seed) => next.seed(seed),
+                    None => next,
+                }
+                .build()
+                .map(AnyFilter::from)
+            }
         }
     }
 }

@@ -1,0 +1,319 @@
+//! Kind 4, a windowed filter: the header, the newest epoch and the insert count, then each
+//! generation in ring order as its length and a complete kind-0 file (which ends in its own
+//! CRC-32C), then a CRC-32C of everything before it but the generations' files: every byte is
+//! checked once, as in a plain filter's file.
+
+use std::io::{self, Read, Write};
+use std::sync::Arc;
+
+use super::checksum::{CHECKSUM_LEN, digest};
+use super::header::{FilterKind, HEADER_LEN, KIND_OFFSET, decode_kind, encode, fields};
+use super::{DecodeError, read_up_to};
+use crate::builder::Parts as Parts0;
+use crate::windowed::{
+    Clock, MAX_GENERATIONS, MIN_GENERATIONS, Parts, SystemClock, Window, generation_rate,
+};
+use crate::{BloomFilter, Layout, WindowedFilter};
+
+/// The epoch and the insert count after the header.
+const STATE_LEN: usize = 16;
+/// Bit 8 of the first field: a count window (else a time window, in milliseconds).
+const COUNT_WINDOW: u32 = 1 << 8;
+
+struct WindowedHeader {
+    layout: Layout,
+    generations: u32,
+    window: Window,
+    seed: u128,
+    expected_items: u64,
+    fpr: f64,
+    period: u64,
+}
+
+impl WindowedHeader {
+    fn of(filter: &WindowedFilter) -> Self {
+        let parts = filter.parts();
+        Self {
+            layout: filter.layout(),
+            generations: filter.generations(),
+            window: parts.window,
+            seed: filter.seed(),
+            expected_items: parts.expected_items,
+            fpr: parts.fpr,
+            period: parts.period,
+        }
+    }
+
+    fn encode(&self) -> [u8; HEADER_LEN] {
+        let (kind_bit, length) = match self.window {
+            Window::Time(d) => (0, d.as_millis() as u64),
+            Window::Count(n) => (COUNT_WINDOW, n),
+        };
+        encode(
+            FilterKind::Windowed,
+            self.layout.to_byte(),
+            (
+                self.generations | kind_bit,
+                length,
+                self.seed,
+                self.expected_items,
+                self.fpr.to_bits(),
+                self.period,
+            ),
+        )
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        decode_kind(bytes, HEADER_LEN, FilterKind::Windowed)?;
+        let layout_byte = bytes[KIND_OFFSET + 1];
+        let layout = Layout::from_byte(layout_byte)
+            .ok_or(DecodeError::UnknownLayout { found: layout_byte })?;
+        let (first, length, seed, expected_items, fpr, period) = fields(bytes);
+        let generations = first & 0xFF;
+        if first & !(0xFF | COUNT_WINDOW) != 0
+            || !(MIN_GENERATIONS..=MAX_GENERATIONS).contains(&generations)
+        {
+            return Err(DecodeError::Inconsistent(
+                "generations outside 2 to 64, or unknown flags",
+            ));
+        }
+        let window = if first & COUNT_WINDOW != 0 {
+            Window::Count(length)
+        } else {
+            Window::Time(std::time::Duration::from_millis(length))
+        };
+        let fpr = f64::from_bits(fpr);
+        if !(fpr > 0.0 && fpr < 1.0) || expected_items == 0 {
+            return Err(DecodeError::Inconsistent(
+                "false-positive rate outside (0, 1) or no expected items",
+            ));
+        }
+        if period == 0 || period != length.div_ceil(u64::from(generations - 1)) {
+            return Err(DecodeError::Inconsistent(
+                "period does not divide the window among the generations",
+            ));
+        }
+        Ok(Self {
+            layout,
+            generations,
+            window,
+            seed,
+            expected_items,
+            fpr,
+            period,
+        })
+    }
+
+    /// What every generation must be: a plain filter of these settings (sized, not built:
+    /// a damaged header must not make the reader allocate what it claims).
+    fn template(&self) -> Result<Parts0, DecodeError> {
+        BloomFilter::builder()
+            .expected_items(
+                self.expected_items
+                    .div_ceil(u64::from(self.generations - 1)),
+            )
+            .false_positive_rate(generation_rate(self.fpr, self.generations))
+            .layout(self.layout)
+            .seed(self.seed)
+            .resolve()
+            .map_err(|_| DecodeError::Inconsistent("generations too large to build"))
+    }
+
+    /// The filter, once each generation is one of the template's shape.
+    fn filter(
+        self,
+        state: (u64, u64),
+        generations: Vec<BloomFilter>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<WindowedFilter, DecodeError> {
+        let template = self.template()?;
+        let same = |g: &BloomFilter| {
+            (
+                g.num_bits(),
+                g.num_hashes(),
+                g.layout(),
+                g.seed(),
+                g.capacity(),
+            ) == (
+                template.slots,
+                template.hashes,
+                template.layout,
+                self.seed,
+                template.capacity,
+            )
+        };
+        if !generations.iter().all(same) {
+            return Err(DecodeError::Inconsistent(
+                "a generation does not have the container's settings",
+            ));
+        }
+        let parts = Parts {
+            window: self.window,
+            period: self.period,
+            expected_items: self.expected_items,
+            fpr: self.fpr,
+            clock,
+        };
+        Ok(WindowedFilter::from_parts(parts, generations, Some(state)))
+    }
+}
+
+impl WindowedFilter {
+    /// The filter in the file format, kind "windowed" (see `docs/FORMAT.md`): its settings,
+    /// its newest epoch and insert count, and every generation. It contains the secret hash
+    /// key. Write it while no insert runs (a dedup run's end): a rotation during the write
+    /// may leave a generation half cleared in the file.
+    ///
+    /// ```
+    /// use bloom_core::windowed::{Window, WindowedFilter};
+    ///
+    /// let f = WindowedFilter::builder(Window::Count(1_000)).expected_items(1_000).false_positive_rate(0.01).build()?;
+    /// f.insert("a");
+    /// let copy = WindowedFilter::from_bytes(&f.to_bytes())?;
+    /// assert!(copy.contains("a") && copy.inserts() == 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.write_to(&mut out).expect("a Vec takes every write");
+        out
+    }
+
+    /// Writes [`to_bytes`](Self::to_bytes)'s output to `w`, a generation at a time.
+    ///
+    /// ```
+    /// use bloom_core::windowed::{Window, WindowedFilter};
+    ///
+    /// let f = WindowedFilter::builder(Window::Count(10)).expected_items(10).false_positive_rate(0.01).build()?;
+    /// let mut file = Vec::new();
+    /// f.write_to(&mut file)?;
+    /// assert_eq!(file, f.to_bytes());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn write_to<W: Write + ?Sized>(&self, w: &mut W) -> io::Result<()> {
+        let mut sum = digest();
+        let mut put = |w: &mut W, bytes: &[u8]| {
+            sum.update(bytes);
+            w.write_all(bytes)
+        };
+        put(w, &WindowedHeader::of(self).encode())?;
+        put(w, &self.epoch().to_le_bytes())?;
+        put(w, &self.inserts().to_le_bytes())?;
+        for generation in self.ring_generations() {
+            put(w, &super::words::encoded_len(generation).to_le_bytes())?;
+            // Checksummed by its own trailer.
+            super::words::write_to(generation, w)?;
+        }
+        w.write_all(&sum.finalize().to_le_bytes())
+    }
+
+    /// Reads a windowed filter from exactly `bytes`, on the system clock: generations that
+    /// expired since it was written are cleared.
+    ///
+    /// ```
+    /// use bloom_core::windowed::{Window, WindowedFilter};
+    ///
+    /// let bytes = WindowedFilter::builder(Window::Count(10)).expected_items(10).false_positive_rate(0.01).build()?.to_bytes();
+    /// assert!(WindowedFilter::from_bytes(&bytes).is_ok());
+    /// assert!(WindowedFilter::from_bytes(&bytes[..70]).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, DecodeError> {
+        Self::read_from_with_clock(&mut &bytes[..], Arc::new(SystemClock))
+    }
+
+    /// Reads one windowed filter from `r`, which must end right after it, on the system clock.
+    ///
+    /// ```
+    /// use bloom_core::windowed::{Window, WindowedFilter};
+    ///
+    /// let bytes = WindowedFilter::builder(Window::Count(10)).expected_items(10).false_positive_rate(0.01).build()?.to_bytes();
+    /// let f = WindowedFilter::read_from(&mut bytes.as_slice())?;
+    /// assert_eq!(f.window(), Window::Count(10));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn read_from<R: Read + ?Sized>(r: &mut R) -> Result<Self, DecodeError> {
+        Self::read_from_with_clock(r, Arc::new(SystemClock))
+    }
+
+    /// [`read_from`](Self::read_from) on another clock (for tests and simulated time).
+    ///
+    /// ```
+    /// use std::{sync::Arc, time::Duration};
+    /// use bloom_core::windowed::{ManualClock, Window, WindowedFilter};
+    ///
+    /// let clock = Arc::new(ManualClock::new(0));
+    /// let f = WindowedFilter::builder(Window::Time(Duration::from_secs(60)))
+    ///     .expected_items(10).false_positive_rate(0.01).clock(clock.clone()).seed(1).build()?;
+    /// f.insert("a");
+    /// let bytes = f.to_bytes();
+    /// clock.advance(Duration::from_secs(3_600)); // an hour later: expired
+    /// let loaded = WindowedFilter::read_from_with_clock(&mut bytes.as_slice(), clock)?;
+    /// assert!(!loaded.contains("a"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn read_from_with_clock<R: Read + ?Sized>(
+        r: &mut R,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, DecodeError> {
+        let mut head = [0u8; HEADER_LEN + STATE_LEN];
+        let got = read_up_to(r, &mut head)?;
+        let header = WindowedHeader::decode(&head[..got])?;
+        if got < head.len() {
+            return Err(DecodeError::Truncated {
+                needed: head.len() as u64,
+                available: got as u64,
+            });
+        }
+        let mut sum = digest();
+        sum.update(&head);
+        let state = (
+            u64::from_le_bytes(head[HEADER_LEN..HEADER_LEN + 8].try_into().unwrap()),
+            u64::from_le_bytes(head[HEADER_LEN + 8..].try_into().unwrap()),
+        );
+        // Every generation's file is exactly as long as the template's, and is read as it
+        // arrives: a header claiming huge generations cannot make this allocate more than
+        // the input holds.
+        let template = header.template()?;
+        let expected = (HEADER_LEN + CHECKSUM_LEN) as u64 + template.slots.div_ceil(64) * 8;
+        let mut read = head.len() as u64;
+        let mut generations = Vec::new();
+        for _ in 0..=header.generations {
+            let mut len = [0u8; 8];
+            let got = read_up_to(r, &mut len)?;
+            read += got as u64;
+            if got < len.len() {
+                return Err(DecodeError::Truncated {
+                    needed: read + 1,
+                    available: read,
+                });
+            }
+            sum.update(&len);
+            if u64::from_le_bytes(len) != expected {
+                return Err(DecodeError::Inconsistent(
+                    "a generation's length does not match the container's settings",
+                ));
+            }
+            // Read as it arrives, and checked by its own trailer.
+            let mut file = (&mut *r).take(expected);
+            generations.push(BloomFilter::read_from(&mut file)?);
+            read += expected;
+        }
+        let mut trailer = [0u8; CHECKSUM_LEN];
+        let got = read_up_to(r, &mut trailer)?;
+        if got < CHECKSUM_LEN {
+            return Err(DecodeError::Truncated {
+                needed: read + CHECKSUM_LEN as u64,
+                available: read + got as u64,
+            });
+        }
+        let (stored, computed) = (u32::from_le_bytes(trailer), sum.finalize());
+        if stored != computed {
+            return Err(DecodeError::ChecksumMismatch { stored, computed });
+        }
+        if read_up_to(r, &mut [0u8; 1])? != 0 {
+            return Err(DecodeError::TrailingBytes { extra: 1 });
+        }
+        header.filter(state, generations, clock)
+    }
+}

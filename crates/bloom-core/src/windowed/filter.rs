@@ -1,0 +1,532 @@
+//! [`WindowedFilter`]: the ring of generations, which one a key goes to and which ones a
+//! lookup reads, and the rotation.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::sync::{AtomicU64, Mutex, Ordering, fence};
+use crate::{BloomFilter, Key};
+
+use super::builder::{Window, WindowedBuilder, generation_rate};
+use super::clock::Clock;
+
+/// What a windowed filter was built with.
+#[derive(Clone)]
+pub(crate) struct Parts {
+    pub(crate) window: Window,
+    /// `T`: milliseconds (a time window) or inserts (a count window) per generation.
+    pub(crate) period: u64,
+    pub(crate) expected_items: u64,
+    pub(crate) fpr: f64,
+    pub(crate) clock: Arc<dyn Clock>,
+}
+
+/// A filter of the keys **seen within the last window**: by time (the last 24 hours) or by
+/// count (the last 10 million inserts). A key inserted within the window is always found;
+/// older keys fade out, so the false-positive rate stays at most the sized rate however
+/// long the stream runs.
+///
+/// `N` generations (plain Bloom filters) each hold the keys of one period
+/// `T = W / (N − 1)`, and one more, the spare, is cleared ahead of its turn. A key is found
+/// from its insert until between `W` and `W + T` later (the guarantee and its proof: the
+/// module docs of `windowed`). `insert` and `contains` take `&self` and are lock-free;
+/// the insert that crosses into a new period clears the spare (one `memset` of a
+/// generation) while lookups go on.
+///
+/// ```
+/// use bloom_core::windowed::{Window, WindowedFilter};
+///
+/// let recent = WindowedFilter::builder(Window::Count(1_000))
+///     .expected_items(1_000)
+///     .false_positive_rate(0.01)
+///     .seed(1) // a fixed hash key: the last line below is then no false positive
+///     .build()?;
+/// recent.insert("https://example.com/a");
+/// assert!(recent.contains("https://example.com/a"));
+/// for i in 0..1_400u64 {
+///     recent.insert(&i); // 1,400 inserts later (more than W + T = 1,334) it is gone
+/// }
+/// assert!(!recent.contains("https://example.com/a"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct WindowedFilter {
+    /// `N + 1` generations; epoch `e`'s keys are in `generations[e mod (N + 1)]`.
+    generations: Box<[BloomFilter]>,
+    /// The newest epoch: inserts go to its generation. Only [`advance_to`](Self::advance_to)
+    /// raises it, under `rotation`.
+    epoch: AtomicU64,
+    /// Inserts so far: a count window's clock.
+    inserts: AtomicU64,
+    /// Per generation: 1 once a key was inserted since it was last cleared. A lookup skips
+    /// the generations still empty (never touching their memory), which a new filter's are
+    /// all but one (`a_key_is_found_for_the_window_and_gone_after_one_more_period`).
+    written: Box<[AtomicU64]>,
+    /// Held by the one thread rotating; never by a lookup.
+    rotation: Mutex<()>,
+    parts: Parts,
+}
+
+impl WindowedFilter {
+    /// Starts configuring a filter that remembers keys for `window`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use bloom_core::windowed::{Window, WindowedFilter};
+    ///
+    /// let f = WindowedFilter::builder(Window::Time(Duration::from_secs(7 * 86_400)))
+    ///     .expected_items(500)
+    ///     .false_positive_rate(0.01)
+    ///     .build()?;
+    /// assert_eq!(f.window(), Window::Time(Duration::from_secs(7 * 86_400)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn builder(window: Window) -> WindowedBuilder {
+        WindowedBuilder::new(window)
+    }
+
+    /// Assembles a filter from validated parts; `state` is `(epoch, inserts)` from a file,
+    /// or `None` for a new, empty filter.
+    pub(crate) fn from_parts(
+        parts: Parts,
+        generations: Vec<BloomFilter>,
+        state: Option<(u64, u64)>,
+    ) -> Self {
+        let loaded_state = state.is_some();
+        let (epoch, inserts) = state.unwrap_or_else(|| {
+            let epoch = match parts.window {
+                Window::Time(_) => parts.clock.now_millis() / parts.period,
+                Window::Count(_) => 0,
+            };
+            (epoch, 0)
+        });
+        // A new filter's generations are empty (and untouched: no scan faults their pages
+        // in); one read from a file is written unless all zero.
+        let loaded = loaded_state;
+        let written = generations
+            .iter()
+            .map(|g| AtomicU64::new(u64::from(loaded && g.count_ones() > 0)))
+            .collect();
+        let filter = Self {
+            written,
+            generations: generations.into_boxed_slice(),
+            epoch: AtomicU64::new(epoch),
+            inserts: AtomicU64::new(inserts),
+            rotation: Mutex::new(()),
+            parts,
+        };
+        // A file saved a while ago: drop the generations that expired since.
+        if let Window::Time(_) = filter.parts.window {
+            filter.advance_to(filter.clock_epoch());
+        }
+        filter
+    }
+
+    fn ring(&self) -> u64 {
+        self.generations.len() as u64
+    }
+
+    fn generation(&self, epoch: u64) -> &BloomFilter {
+        &self.generations[(epoch % self.ring()) as usize]
+    }
+
+    /// Whether epoch `epoch`'s generation may hold keys.
+    #[inline]
+    fn is_written(&self, epoch: u64) -> bool {
+        self.written[(epoch % self.ring()) as usize].load(Ordering::Acquire) != 0
+    }
+
+    /// Marks epoch `epoch`'s generation as holding keys, before a key goes in: a lookup that
+    /// starts after the insert returned sees the mark.
+    #[inline]
+    fn mark_written(&self, epoch: u64) {
+        let mark = &self.written[(epoch % self.ring()) as usize];
+        if mark.load(Ordering::Relaxed) == 0 {
+            mark.store(1, Ordering::Release);
+        }
+    }
+
+    /// `N`, the generations a lookup reads.
+    fn n(&self) -> u64 {
+        self.ring() - 1
+    }
+
+    /// The epoch the clock is in (a time window).
+    fn clock_epoch(&self) -> u64 {
+        self.parts.clock.now_millis() / self.parts.period
+    }
+
+    /// Adds `key` as seen now. Returns `true` if it was not in the current generation.
+    ///
+    /// ```
+    /// use bloom_core::windowed::{Window, WindowedFilter};
+    ///
+    /// let f = WindowedFilter::builder(Window::Count(100)).expected_items(100).false_positive_rate(0.01).build()?;
+    /// assert!(f.insert("a"));
+    /// assert!(!f.insert("a"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn insert<K: Key + ?Sized>(&self, key: &K) -> bool {
+        match self.parts.window {
+            Window::Count(_) => {
+                // A key `W` inserts old or more may land in a recycled generation: a false
+                // positive at worst, never a lost key.
+                let epoch = self.tick();
+                self.mark_written(epoch);
+                self.generation(epoch).insert(key)
+            }
+            Window::Time(_) => loop {
+                let now = self.clock_epoch();
+                if now > self.epoch.load(Ordering::Acquire) {
+                    self.advance_to(now);
+                }
+                let epoch = self.epoch.load(Ordering::SeqCst);
+                self.mark_written(epoch);
+                let added = self.generation(epoch).insert(key);
+                // Orders the insert's bits before the re-reads: if a rotation began before
+                // them, they see it (see the module docs).
+                fence(Ordering::SeqCst);
+                if self.epoch.load(Ordering::SeqCst) == epoch && self.clock_epoch() <= epoch {
+                    return added;
+                }
+                // A rotation ran meanwhile, or the period ended: insert again, into the
+                // generation of now.
+            },
+        }
+    }
+
+    /// Whether `key` was inserted within the window (always, if it was; and, with the
+    /// sized probability, for a key that was not).
+    ///
+    /// ```
+    /// use bloom_core::windowed::{Window, WindowedFilter};
+    ///
+    /// let f = WindowedFilter::builder(Window::Count(100)).expected_items(100).false_positive_rate(0.01).build()?;
+    /// f.insert(&7u64);
+    /// assert!(f.contains(&7u64));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn contains<K: Key + ?Sized>(&self, key: &K) -> bool {
+        let newest = self.epoch.load(Ordering::Acquire);
+        // The oldest epoch still inside the window: by the stored epoch, and, for a time
+        // window, by the clock too (no insert may have rotated since).
+        let mut oldest = (newest + 1).saturating_sub(self.n());
+        if let Window::Time(_) = self.parts.window {
+            oldest = oldest.max((self.clock_epoch() + 1).saturating_sub(self.n()));
+        }
+        (oldest..=newest)
+            .rev()
+            .any(|epoch| self.is_written(epoch) && self.generation(epoch).contains(key))
+    }
+
+    /// [`contains`](Self::contains), then [`insert`](Self::insert) if it was not seen: `true`
+    /// if `key` was seen within the window (its time is not renewed), `false` if it is new
+    /// (and is now remembered). What a de-duplicator asks. A count window counts every call,
+    /// seen or not. Two threads racing with the same new key may both get `false`.
+    ///
+    /// ```
+    /// use bloom_core::windowed::{Window, WindowedFilter};
+    ///
+    /// let f = WindowedFilter::builder(Window::Count(100)).expected_items(100).false_positive_rate(0.01).build()?;
+    /// assert!(!f.seen_or_insert("url"));
+    /// assert!(f.seen_or_insert("url"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn seen_or_insert<K: Key + ?Sized>(&self, key: &K) -> bool {
+        if self.contains(key) {
+            // A count window counts every key offered, seen or not.
+            if let Window::Count(_) = self.parts.window {
+                self.tick();
+            }
+            return true;
+        }
+        self.insert(key);
+        false
+    }
+
+    /// A count window's clock: counts one insert, rotating if it starts a new period; the
+    /// insert's epoch.
+    fn tick(&self) -> u64 {
+        let epoch = self.inserts.fetch_add(1, Ordering::Relaxed) / self.parts.period;
+        if epoch > self.epoch.load(Ordering::Acquire) {
+            self.advance_to(epoch);
+        }
+        epoch
+    }
+
+    /// [`seen_or_insert`](Self::seen_or_insert) for each key in order, telling `seen` each
+    /// answer: what a de-duplicating pass over a stream asks, a batch at a time. Every
+    /// generation has the same size, hash key and layout, so a key is hashed once and its
+    /// line in each generation prefetched a window ahead (as `BloomFilter::insert_many_with`
+    /// does); a time window's clock is read once per batch, which is then the keys' time.
+    ///
+    /// ```
+    /// use bloom_core::windowed::{Window, WindowedFilter};
+    ///
+    /// let f = WindowedFilter::builder(Window::Count(100)).expected_items(100).false_positive_rate(0.01).build()?;
+    /// let mut seen = Vec::new();
+    /// f.seen_or_insert_many_with(["a", "b", "a"], |s| seen.push(s));
+    /// assert_eq!(seen, [false, false, true]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn seen_or_insert_many_with<I>(&self, keys: I, mut seen: impl FnMut(bool))
+    where
+        I: IntoIterator,
+        I::Item: Key,
+    {
+        const WINDOW: usize = 16;
+        let timed = matches!(self.parts.window, Window::Time(_));
+        if timed {
+            let now = self.clock_epoch();
+            if now > self.epoch.load(Ordering::Acquire) {
+                self.advance_to(now);
+            }
+        }
+        let batch_epoch = self.epoch.load(Ordering::SeqCst);
+        // The generations a lookup reads, newest first, found once per epoch rather than by
+        // a division per key and generation.
+        // (The generation keys go to is first, read or not; the others only if written.)
+        let reads = |epoch: u64| -> Vec<&BloomFilter> {
+            self.mark_written(epoch);
+            let oldest = (epoch + 1).saturating_sub(self.n());
+            (oldest..=epoch)
+                .rev()
+                .filter(|&e| e == epoch || self.is_written(e))
+                .map(|e| self.generation(e))
+                .collect()
+        };
+        let mut current = (batch_epoch, reads(batch_epoch));
+        let prefetch = reads(batch_epoch);
+        let mut inserted = Vec::new();
+        let mut decide = |h| {
+            if !timed {
+                // A count window: each key offered is an insert, its sequence number its time.
+                let epoch = self.tick();
+                if epoch != current.0 {
+                    current = (epoch, reads(epoch));
+                }
+            }
+            let window = &current.1;
+            let found = window.iter().any(|g| g.contains_hash(h));
+            if !found {
+                window[0].insert_hash(h);
+                if timed {
+                    inserted.push(h);
+                }
+            }
+            seen(found);
+        };
+        let first = &self.generations[0];
+        let mut ring = [crate::hasher::KeyHash { h1: 0 }; WINDOW];
+        let mut hashed = 0usize;
+        for key in keys {
+            let h = first.key_hash(&key);
+            // The key's line is at the same place in every generation.
+            for generation in &prefetch {
+                generation.prefetch(h);
+            }
+            let slot = hashed % WINDOW;
+            if hashed >= WINDOW {
+                decide(ring[slot]);
+            }
+            ring[slot] = h;
+            hashed += 1;
+        }
+        for i in hashed.saturating_sub(WINDOW)..hashed {
+            decide(ring[i % WINDOW]);
+        }
+        if !timed {
+            return;
+        }
+        // As `insert`: if a rotation ran or the period ended during the batch, its new keys
+        // go again into the newest generation.
+        fence(Ordering::SeqCst);
+        if self.epoch.load(Ordering::SeqCst) != batch_epoch || self.clock_epoch() > batch_epoch {
+            self.advance_to(self.clock_epoch());
+            let epoch = self.epoch.load(Ordering::SeqCst);
+            self.mark_written(epoch);
+            let newest = self.generation(epoch);
+            for &h in &inserted {
+                newest.insert_hash(h);
+            }
+        }
+    }
+
+    /// Rotates until `target` is the newest epoch: for each new epoch, publishes it, then
+    /// clears the generation that just left the window (the next one to be filled). A jump of
+    /// a whole ring or more clears every generation. Lookups never wait for it.
+    pub(crate) fn advance_to(&self, target: u64) {
+        let _rotating = self
+            .rotation
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut epoch = self.epoch.load(Ordering::SeqCst);
+        if target >= epoch + self.ring() {
+            // Every generation expired: the spare of `target` too.
+            self.epoch.store(target, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
+            for (generation, written) in self.generations.iter().zip(&self.written) {
+                written.store(0, Ordering::SeqCst);
+                generation.clear();
+            }
+            return;
+        }
+        while epoch < target {
+            epoch += 1;
+            // The new epoch's generation was cleared when it became the spare.
+            self.epoch.store(epoch, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
+            // The new spare: the generation of `epoch − N`, now out of every lookup's window.
+            self.written[((epoch + 1) % self.ring()) as usize].store(0, Ordering::SeqCst);
+            self.generation(epoch + 1).clear();
+        }
+    }
+
+    /// A builder set up like this filter (window, keys per window, rate, generations, layout,
+    /// clock) but for the hash key, which is new unless set: for an empty filter of the same
+    /// shape, or a larger one.
+    ///
+    /// ```
+    /// use bloom_core::windowed::{Window, WindowedFilter};
+    ///
+    /// let f = WindowedFilter::builder(Window::Count(100)).expected_items(100).false_positive_rate(0.01).seed(4).build()?;
+    /// let larger = f.to_builder().expected_items(1_000).seed(f.seed()).build()?;
+    /// assert_eq!((larger.seed(), larger.window()), (4, Window::Count(100)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn to_builder(&self) -> WindowedBuilder {
+        WindowedBuilder::new(self.parts.window)
+            .expected_items(self.parts.expected_items)
+            .false_positive_rate(self.parts.fpr)
+            .generations(self.generations())
+            .layout(self.layout())
+            .clock(self.parts.clock.clone())
+    }
+
+    /// The window.
+    pub fn window(&self) -> Window {
+        self.parts.window
+    }
+
+    /// `N`, the generations a lookup reads (the filter holds one more).
+    pub fn generations(&self) -> u32 {
+        self.n() as u32
+    }
+
+    /// `T`: milliseconds (time window) or inserts (count window) per generation.
+    pub fn period(&self) -> u64 {
+        self.parts.period
+    }
+
+    /// Keys per window it was sized for.
+    pub fn expected_items(&self) -> u64 {
+        self.parts.expected_items
+    }
+
+    /// The false-positive rate it was sized for.
+    pub fn target_fpr(&self) -> f64 {
+        self.parts.fpr
+    }
+
+    /// The rate each generation is sized for: `1 − (1 − p)^(1/N)`.
+    pub fn generation_fpr(&self) -> f64 {
+        generation_rate(self.parts.fpr, self.generations())
+    }
+
+    /// The newest epoch (time or insert count divided by the period).
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// Inserts so far (what a count window counts).
+    pub fn inserts(&self) -> u64 {
+        self.inserts.load(Ordering::Relaxed)
+    }
+
+    /// The secret hash key.
+    pub fn seed(&self) -> u128 {
+        self.generations[0].seed()
+    }
+
+    /// The generations' Bloom layout.
+    pub fn layout(&self) -> crate::Layout {
+        self.generations[0].layout()
+    }
+
+    /// Memory held by the generations, in bytes.
+    pub fn size_in_bytes(&self) -> usize {
+        self.generations
+            .iter()
+            .map(BloomFilter::size_in_bytes)
+            .sum()
+    }
+
+    /// Bits in all generations.
+    pub fn num_bits(&self) -> u64 {
+        self.generations.iter().map(BloomFilter::num_bits).sum()
+    }
+
+    /// Keys inside the window, estimated from the generations' bits (one scan of each).
+    pub fn estimated_items(&self) -> f64 {
+        // `+ 0.0`: an empty window's sum is −0.0.
+        self.window_generations()
+            .map(BloomFilter::estimated_items)
+            .sum::<f64>()
+            + 0.0
+    }
+
+    /// Bits each key sets in its generation (`k`, the same in every one).
+    pub fn num_hashes(&self) -> u32 {
+        self.generations[0].num_hashes()
+    }
+
+    /// The rate of wrong "seen" answers the bits imply now: one minus the chance that every
+    /// generation in the window answers "absent".
+    pub fn current_fpr(&self) -> f64 {
+        1.0 - self
+            .window_generations()
+            .map(|g| 1.0 - g.current_fpr())
+            .product::<f64>()
+    }
+
+    /// Set bits in the generations in the window (one scan of each).
+    pub fn count_ones(&self) -> u64 {
+        self.window_generations().map(BloomFilter::count_ones).sum()
+    }
+
+    /// The fraction of set bits over the generations in the window.
+    pub fn fill_ratio(&self) -> f64 {
+        let (ones, bits) = self
+            .window_generations()
+            .fold((0, 0), |(o, b), g| (o + g.count_ones(), b + g.num_bits()));
+        ones as f64 / bits.max(1) as f64
+    }
+
+    /// The generations a lookup may now read, newest first.
+    fn window_generations(&self) -> impl Iterator<Item = &BloomFilter> {
+        let newest = self.epoch();
+        let oldest = (newest + 1).saturating_sub(self.n());
+        (oldest..=newest).rev().map(|e| self.generation(e))
+    }
+
+    /// Every generation, in ring order, for the file format.
+    pub(crate) fn ring_generations(&self) -> &[BloomFilter] {
+        &self.generations
+    }
+
+    pub(crate) fn parts(&self) -> &Parts {
+        &self.parts
+    }
+}
+
+impl fmt::Debug for WindowedFilter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WindowedFilter")
+            .field("window", &self.parts.window)
+            .field("generations", &self.generations())
+            .field("period", &self.parts.period)
+            .field("epoch", &self.epoch())
+            .field("expected_items", &self.parts.expected_items)
+            .field("target_fpr", &self.parts.fpr)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,66 @@
+//! Filters of what was **seen recently**: [`WindowedFilter`] remembers a key for a window
+//! of time (the last 24 hours) or of inserts (the last 10 million), for crawlers that
+//! re-visit a page after a while and feeds that must not show an item twice in a week.
+//!
+//! | file         | holds                                                              |
+//! |--------------|--------------------------------------------------------------------|
+//! | `filter.rs`  | [`WindowedFilter`]: the ring of generations, insert, lookup, rotation |
+//! | `builder.rs` | [`WindowedBuilder`], [`Window`]: sizing from the window, keys per window and rate |
+//! | `clock.rs`   | [`Clock`], [`SystemClock`], [`ManualClock`]                          |
+//!
+//! The file format (kind 4) is in `format/windowed.rs` and `docs/FORMAT.md`.
+//!
+//! # What it guarantees
+//!
+//! With window `W` and `N` generations, let `T = ⌈W / (N − 1)⌉` (milliseconds, or inserts)
+//! and number the periods ("epochs") `e = ⌊t / T⌋`, `t` being the clock's milliseconds
+//! since the Unix epoch (or the insert's sequence number, counted from 0).
+//!
+//! * **Found within the window.** A key whose insert returned at `t₀` is found by every
+//!   lookup that starts after the insert returned and before `t₀ + W` (by the clock, or
+//!   inserts counted), and at the latest until `t₀ + W + T`; then it is gone (unless it is
+//!   a false positive).
+//! * **False positives.** A lookup tests the generations of at most `N` epochs, each a
+//!   Bloom filter sized for `n / (N − 1)` keys at `p_g = 1 − (1 − p)^(1/N)`; a generation
+//!   holds the keys of one epoch, `n / (N − 1)` while inserts arrive at the sized `n` per
+//!   window. A wrong "seen" then has probability at most `1 − (1 − p_g)^N = p`, for a stream
+//!   of any length (`tests/windowed.rs` measures it after a hundred rotations).
+//! * **Never blocked.** `contains` takes no lock and never waits. The insert that crosses
+//!   into a new epoch rotates (it clears one generation); other inserts crossing at the same
+//!   time wait for it, lookups do not.
+//!
+//! # Why
+//!
+//! The filter holds `N + 1` generations; epoch `e`'s keys go to generation `e mod (N + 1)`.
+//! A lookup at stored epoch `E` (and, for a time window, clock epoch `C ≥ E`) reads the
+//! generations of epochs `max(E, C) − N + 1 ..= E`: those of the last `N` epochs by the
+//! clock. Rotating to epoch `E + 1` publishes `E + 1` (whose generation was cleared when it
+//! became the spare, the step before) and then clears generation `E + 2 mod (N + 1)`, the
+//! one of epoch `E + 1 − N`: it just left every lookup's range.
+//!
+//! A key inserted in epoch `e` is found while the lookup's clock epoch is at most
+//! `e + N − 1`, that is before `(e + N)·T`, at least `(N − 1)·T ≥ W` after the insert (which
+//! happened before `(e + 1)·T`) and at most `N·T ≤ W + T` after it. Its generation is
+//! cleared only by the rotation to epoch `e + N`, which a lookup in range never overlaps
+//! except where the key has left the range anyway.
+//!
+//! The insert must land in the generation of the epoch it happens in. For a time window,
+//! an insert reads the epoch, sets its bits, then (after a sequentially consistent fence)
+//! re-reads the stored epoch and the clock; if either moved past the epoch it used, it
+//! inserts again into the newest generation. The fence orders its bits before its re-read
+//! and the rotation's clear after its publication of the new epoch, so an insert whose bits a
+//! clear could have wiped always sees the new epoch and inserts again
+//! (`tests/loom_windowed.rs`). For a count window the sequence number is the key's time: a
+//! slow insert lands in its own epoch's generation, and if that was recycled meanwhile the
+//! key is older than `W` anyway (it can only add a false positive to the newer epoch).
+
+mod builder;
+mod clock;
+mod filter;
+
+pub use builder::{MAX_GENERATIONS, MIN_GENERATIONS, Window, WindowedBuilder};
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use filter::WindowedFilter;
+
+pub(crate) use builder::generation_rate;
+pub(crate) use filter::Parts;

@@ -1,0 +1,307 @@
+//! The windowed filter: what is found and when it fades out, by time and by count; the
+//! false-positive rate over a hundred rotations; no false negative inside the window while
+//! the clock turns under concurrent inserts and lookups; the file format.
+//!
+//! `cargo test --release -p bloomguard-core --test windowed -- --nocapture` prints the
+//! figures `benches/README.md` reports.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bloom_core::windowed::{ManualClock, Window, WindowedFilter};
+use bloom_core::{AnyFilter, BloomFilter, DecodeError};
+
+const NON_MEMBER: u64 = 1 << 63;
+
+fn by_time(window: Duration, n: u64, p: f64, clock: &Arc<ManualClock>) -> WindowedFilter {
+    WindowedFilter::builder(Window::Time(window))
+        .expected_items(n)
+        .false_positive_rate(p)
+        .clock(clock.clone())
+        .seed(0x5EED)
+        .build()
+        .unwrap()
+}
+
+/// A key inserted at `t` is found at `t + W` and gone by `t + W + T` (N = 4: T = W / 3), on
+/// the injected clock; the same by count.
+#[test]
+fn a_key_is_found_for_the_window_and_gone_after_one_more_period() {
+    let day = Duration::from_secs(86_400);
+    let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+    let f = by_time(day, 10_000, 0.001, &clock);
+    let keys: Vec<u64> = (0..1_000).collect();
+    for key in &keys {
+        f.insert(key);
+    }
+    clock.advance(day); // exactly W later: still inside
+    assert!(
+        keys.iter().all(|k| f.contains(k)),
+        "a key inside the window was missed"
+    );
+    clock.advance(day / 3 + Duration::from_millis(1)); // past W + T
+    let left = keys.iter().filter(|k| f.contains(*k)).count();
+    assert!(
+        left <= 5,
+        "{left} of 1,000 expired keys still found (p = 0.1 %)"
+    );
+
+    let f = WindowedFilter::builder(Window::Count(3_000))
+        .expected_items(3_000)
+        .false_positive_rate(0.001)
+        .seed(1)
+        .build()
+        .unwrap();
+    f.insert(&NON_MEMBER); // insert number 0
+    for i in 0..3_000u64 {
+        f.insert(&i); // numbers 1 ..= 3,000: W inserts after it
+        assert!(f.contains(&NON_MEMBER), "missed after {} inserts", i + 1);
+    }
+    for i in 3_000..4_000u64 {
+        f.insert(&i); // W + T = 4,000 inserts after it: gone
+    }
+    assert!(!f.contains(&NON_MEMBER));
+}
+
+/// Keys stream in at the sized rate for a hundred windows; after each window the rate of
+/// wrong "seen" answers, over 100,000 fresh non-members, stays within p + 3σ.
+#[test]
+fn the_false_positive_rate_stays_at_p_over_a_hundred_rotations() {
+    const N: u64 = 20_000;
+    const PROBES: u64 = 100_000;
+    for (generations, p) in [(4u32, 0.01), (8, 0.01), (4, 0.001)] {
+        let f = WindowedFilter::builder(Window::Count(N))
+            .expected_items(N)
+            .false_positive_rate(p)
+            .generations(generations)
+            .seed(u128::from(generations))
+            .build()
+            .unwrap();
+        let sigma = (p * (1.0 - p) / PROBES as f64).sqrt();
+        let (mut worst, mut sum) = (0.0f64, 0.0);
+        for window in 0..100u64 {
+            for i in 0..N {
+                f.insert(&(window * N + i));
+            }
+            let probe = NON_MEMBER | (window << 32);
+            let wrong = (0..PROBES).filter(|i| f.contains(&(probe | i))).count();
+            let measured = wrong as f64 / PROBES as f64;
+            assert!(
+                measured <= p + 3.0 * sigma,
+                "N = {generations}, p = {p}, window {window}: measured {measured}"
+            );
+            worst = worst.max(measured);
+            sum += measured;
+        }
+        let plain = BloomFilter::new(N, p).unwrap();
+        println!(
+            "| {generations} | {p} | {:.2} | {:.2} | {:.5} | {worst:.5} | {:.5} |",
+            f.size_in_bytes() as f64 * 8.0 / N as f64,
+            plain.size_in_bytes() as f64 * 8.0 / N as f64,
+            sum / 100.0,
+            p + 3.0 * sigma
+        );
+    }
+}
+
+/// Two threads insert keys, each recording the clock it read before the insert; two check
+/// every key whose insert has returned and whose recorded time is less than W before the
+/// lookup began; a fifth turns the clock a quarter period at a time through a hundred
+/// rotations. No such lookup may answer "absent".
+#[test]
+fn no_false_negative_inside_the_window_while_the_clock_turns() {
+    const WINDOW_MS: u64 = 3_000; // N = 4: T = 1 s
+    const KEYS: usize = 200_000;
+    let clock = Arc::new(ManualClock::new(0));
+    let f = Arc::new(by_time(
+        Duration::from_millis(WINDOW_MS),
+        50_000,
+        0.01,
+        &clock,
+    ));
+    // Per key: 0 until inserted, then 1 + the clock read before its insert.
+    let inserted: Arc<Vec<AtomicU64>> = Arc::new((0..KEYS).map(|_| AtomicU64::new(0)).collect());
+    let stop = Arc::new(AtomicBool::new(false));
+    let turner = {
+        let (clock, stop) = (clock.clone(), stop.clone());
+        std::thread::spawn(move || {
+            for _ in 0..400 {
+                clock.advance(Duration::from_millis(250));
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            stop.store(true, Ordering::SeqCst);
+        })
+    };
+    let writers: Vec<_> = (0..2usize)
+        .map(|w| {
+            let (f, clock, inserted, stop) =
+                (f.clone(), clock.clone(), inserted.clone(), stop.clone());
+            std::thread::spawn(move || {
+                // Round and round: a key inserted again records its newer time.
+                let mut key = w;
+                while !stop.load(Ordering::Relaxed) {
+                    let at = clock.now();
+                    f.insert(&(key as u64));
+                    inserted[key].store(at + 1, Ordering::Release);
+                    key = (key + 2) % KEYS;
+                }
+            })
+        })
+        .collect();
+    let checkers: Vec<_> = (0..2usize)
+        .map(|c| {
+            let (f, clock, inserted, stop) =
+                (f.clone(), clock.clone(), inserted.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let (mut checked, mut missed) = (0u64, 0u64);
+                let mut key = c;
+                while !stop.load(Ordering::Relaxed) {
+                    let recorded = inserted[key].load(Ordering::Acquire);
+                    let now = clock.now();
+                    if recorded != 0 && now < recorded - 1 + WINDOW_MS {
+                        checked += 1;
+                        missed += u64::from(!f.contains(&(key as u64)));
+                    }
+                    key = (key + 2) % KEYS;
+                }
+                (checked, missed)
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    turner.join().unwrap();
+    for w in writers {
+        w.join().unwrap();
+    }
+    let (mut checked, mut missed) = (0, 0);
+    for c in checkers {
+        let (k, m) = c.join().unwrap();
+        checked += k;
+        missed += m;
+    }
+    println!(
+        "clock turned through {} rotations in {:.1} s: {checked} lookups of keys inside the window, {missed} false negatives",
+        f.epoch(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(f.epoch() >= 100, "only {} rotations", f.epoch());
+    assert!(checked > 100_000, "only {checked} lookups checked");
+    assert_eq!(missed, 0);
+}
+
+trait Now {
+    fn now(&self) -> u64;
+}
+
+impl Now for ManualClock {
+    fn now(&self) -> u64 {
+        bloom_core::windowed::Clock::now_millis(self)
+    }
+}
+
+fn golden_filter() -> WindowedFilter {
+    let f = WindowedFilter::builder(Window::Count(300))
+        .expected_items(300)
+        .false_positive_rate(0.01)
+        .generations(3)
+        .seed(0x5EED_0004)
+        .build()
+        .unwrap();
+    for i in 0..400 {
+        f.insert(&format!("url-{i}"));
+    }
+    f
+}
+
+const GOLDEN: &[u8] = include_bytes!("data/golden-v1-windowed.bloom");
+
+/// Where keys go and how generations are laid out are the format.
+#[test]
+fn golden_v1_windowed_still_loads() {
+    let f = WindowedFilter::from_bytes(GOLDEN).unwrap();
+    assert_eq!((f.inserts(), f.epoch(), f.generations()), (400, 2, 3));
+    assert!((100..400).all(|i| f.contains(&format!("url-{i}"))));
+    assert_eq!(f.to_bytes(), GOLDEN);
+    assert_eq!(
+        golden_filter().to_bytes(),
+        GOLDEN,
+        "the same inserts now give other bytes"
+    );
+    assert_eq!(AnyFilter::from_bytes(GOLDEN).unwrap().kind(), "windowed");
+}
+
+#[test]
+fn every_truncation_and_bit_flip_is_refused() {
+    let bytes = golden_filter().to_bytes();
+    for len in 0..bytes.len() {
+        assert!(
+            WindowedFilter::from_bytes(&bytes[..len]).is_err(),
+            "len {len}"
+        );
+        assert!(
+            AnyFilter::read_from(&mut &bytes[..len]).is_err(),
+            "len {len}"
+        );
+    }
+    // Every bit of the header, the state and the first generation's header; every 13th
+    // bit after (each decode builds the generations: all 11,296 take 25 s).
+    let bits =
+        (0..(64 + 16 + 8 + 64) * 8).chain(((64 + 16 + 8 + 64) * 8..bytes.len() * 8).step_by(13));
+    for bit in bits {
+        let mut flipped = bytes.clone();
+        flipped[bit / 8] ^= 1 << (bit % 8);
+        assert!(WindowedFilter::from_bytes(&flipped).is_err(), "bit {bit}");
+    }
+    let mut longer = bytes.clone();
+    longer.push(0);
+    assert!(matches!(
+        WindowedFilter::from_bytes(&longer),
+        Err(DecodeError::TrailingBytes { extra: 1 })
+    ));
+}
+
+/// A crawler saves its state, stops, and starts again later: what is still inside the
+/// window is found, what expired meanwhile is not.
+#[test]
+fn a_saved_filter_loaded_later_keeps_the_window() {
+    let hour = Duration::from_secs(3_600);
+    let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+    let f = by_time(24 * hour, 10_000, 0.001, &clock);
+    f.insert("old");
+    clock.advance(20 * hour);
+    f.insert("recent");
+    let bytes = f.to_bytes();
+    clock.advance(12 * hour); // "old" is 32 h old (W + T = 32 h): gone; "recent" 12 h
+    let loaded =
+        WindowedFilter::read_from_with_clock(&mut bytes.as_slice(), clock.clone()).unwrap();
+    assert!(loaded.contains("recent"));
+    assert!(!loaded.contains("old"));
+    clock.advance(40 * hour);
+    let later = WindowedFilter::read_from_with_clock(&mut bytes.as_slice(), clock).unwrap();
+    assert!(!later.contains("recent"), "52 h old");
+}
+
+/// The batch path (what `bloom dedup --window` runs) answers, and leaves the filter, exactly
+/// as one `seen_or_insert` per key in order, across rotations of a count window.
+#[test]
+fn the_batch_path_is_one_seen_or_insert_per_key() {
+    let build = || {
+        WindowedFilter::builder(Window::Count(3_000))
+            .expected_items(3_000)
+            .false_positive_rate(0.01)
+            .seed(9)
+            .build()
+            .unwrap()
+    };
+    let (one, batched) = (build(), build());
+    // Keys repeat at every distance, inside and outside the window.
+    let keys: Vec<u64> = (0..40_000u64).map(|i| (i * 7_919) % 6_007).collect();
+    let singles: Vec<bool> = keys.iter().map(|k| one.seen_or_insert(k)).collect();
+    let mut batches = Vec::new();
+    for chunk in keys.chunks(1_000) {
+        batched.seen_or_insert_many_with(chunk, |s| batches.push(s));
+    }
+    assert_eq!(singles, batches);
+    assert_eq!(one.to_bytes(), batched.to_bytes());
+}
