@@ -213,9 +213,20 @@ impl WindowedFilter {
         if let Window::Time(_) = self.parts.window {
             oldest = oldest.max((self.clock_epoch() + 1).saturating_sub(self.n()));
         }
-        (oldest..=newest)
-            .rev()
-            .any(|epoch| self.is_written(epoch) && self.generation(epoch).contains(key))
+        // Every generation has the same size, layout and hash key: one hash serves them all.
+        let h = self.generations[0].key_hash(key);
+        // Newest first, stepping back around the ring (one division, not one per step).
+        let ring = self.generations.len();
+        let mut at = (newest % self.ring()) as usize;
+        for _ in oldest..=newest {
+            if self.written[at].load(Ordering::Acquire) != 0
+                && self.generations[at].contains_hash(h)
+            {
+                return true;
+            }
+            at = if at == 0 { ring - 1 } else { at - 1 };
+        }
+        false
     }
 
     /// [`contains`](Self::contains), then [`insert`](Self::insert) if it was not seen: `true`

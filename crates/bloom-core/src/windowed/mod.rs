@@ -44,13 +44,20 @@
 //! cleared only by the rotation to epoch `e + N`, which a lookup in range never overlaps
 //! except where the key has left the range anyway.
 //!
+//! A lookup skips a generation never written since it was cleared: an insert marks its
+//! generation (a release store) before it sets a bit, so a lookup that starts after the
+//! insert returned sees the mark (an acquire load); only the rotation clears a mark, that of
+//! the spare, outside every lookup's range.
+//!
 //! The insert must land in the generation of the epoch it happens in. For a time window,
 //! an insert reads the epoch, sets its bits, then (after a sequentially consistent fence)
 //! re-reads the stored epoch and the clock; if either moved past the epoch it used, it
 //! inserts again into the newest generation. The fence orders its bits before its re-read
 //! and the rotation's clear after its publication of the new epoch, so an insert whose bits a
-//! clear could have wiped always sees the new epoch and inserts again
-//! (`tests/loom_windowed.rs`). For a count window the sequence number is the key's time: a
+//! clear could have wiped always sees the new epoch and inserts again. `tests/loom_windowed.rs`
+//! models a lookup during a rotation; `tests/windowed.rs`
+//! `no_false_negative_inside_the_window_while_the_clock_turns` runs inserts and lookups
+//! through a hundred rotations. For a count window the sequence number is the key's time: a
 //! slow insert lands in its own epoch's generation, and if that was recycled meanwhile the
 //! key is older than `W` anyway (it can only add a false positive to the newer epoch).
 

@@ -1,0 +1,95 @@
+//! [`bloom_core::WindowedFilter`] against a plain [`bloom_core::BloomFilter`] at the same rate:
+//! lookups of keys inside the window (hit) and of keys never inserted (miss), with every
+//! generation of the window filled, at n = 1M keys per window, p = 1 %, `N` = 4 (its
+//! default) and 8 generations.
+//!
+//! The windowed filter is a count window of `n` inserts, fed `3n` keys (every generation
+//! full, three rotations done); hits are among the last `n` keys. The plain filter holds `n`
+//! keys. Memory per key (of the window) is printed at setup.
+//!
+//! `cargo bench -p bloom-benches --bench windowed`
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use bloom_core::BloomFilter;
+use bloom_core::windowed::{Window, WindowedFilter};
+use criterion::{Criterion, criterion_group, criterion_main};
+
+const N: u64 = 1_000_000;
+const P: f64 = 0.01;
+const MISS_BASE: u64 = 1 << 62;
+
+/// Keys in shuffled order (an LCG over the range, walked cyclically).
+fn shuffled(base: u64, range: u64, count: usize) -> Vec<u64> {
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    (0..count)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            base + (x >> 11) % range
+        })
+        .collect()
+}
+
+fn bench(c: &mut Criterion) {
+    let plain = BloomFilter::new(N, P).unwrap();
+    for key in 0..N {
+        plain.insert(&key);
+    }
+    let windowed: Vec<(u32, WindowedFilter)> = [4u32, 8]
+        .into_iter()
+        .map(|g| {
+            let f = WindowedFilter::builder(Window::Count(N))
+                .expected_items(N)
+                .false_positive_rate(P)
+                .generations(g)
+                .build()
+                .unwrap();
+            for key in 0..3 * N {
+                f.insert(&key);
+            }
+            (g, f)
+        })
+        .collect();
+    eprintln!(
+        "[memory] plain {:.2} bits per key; windowed N = 4 {:.2}, N = 8 {:.2} (all generations, per key of the window)",
+        plain.size_in_bytes() as f64 * 8.0 / N as f64,
+        windowed[0].1.size_in_bytes() as f64 * 8.0 / N as f64,
+        windowed[1].1.size_in_bytes() as f64 * 8.0 / N as f64,
+    );
+    let hits_plain = shuffled(0, N, 1 << 20);
+    let hits_window = shuffled(2 * N, N, 1 << 20);
+    let misses = shuffled(MISS_BASE, 1 << 40, 1 << 20);
+    for (name, keys_plain, keys_window) in [
+        ("hit", &hits_plain, &hits_window),
+        ("miss", &misses, &misses),
+    ] {
+        let mut group = c.benchmark_group(format!("windowed/contains_{name}/1M"));
+        group
+            .sample_size(30)
+            .warm_up_time(Duration::from_millis(500))
+            .measurement_time(Duration::from_secs(2));
+        let mut i = 0usize;
+        group.bench_function("plain", |b| {
+            b.iter(|| {
+                i = (i + 1) & ((1 << 20) - 1);
+                black_box(plain.contains(&keys_plain[i]))
+            })
+        });
+        for (g, f) in &windowed {
+            let mut i = 0usize;
+            group.bench_function(format!("windowed-N{g}"), |b| {
+                b.iter(|| {
+                    i = (i + 1) & ((1 << 20) - 1);
+                    black_box(f.contains(&keys_window[i]))
+                })
+            });
+        }
+        group.finish();
+    }
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
