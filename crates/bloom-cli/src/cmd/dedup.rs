@@ -18,7 +18,7 @@ use indicatif::HumanBytes;
 use crate::args::{InputArgs, SizeArgs, fmt_rate, parse_seed, parse_window};
 use crate::cmd::{STDOUT_BUFFER, raw_stdout, stdout_failed};
 use crate::filter_file::PlainUse;
-use crate::input::{Lines, stdin_reader};
+use crate::input::{Batch, Lines, stdin_reader};
 use crate::output::AtomicFile;
 
 /// De-duplicate lines: copy each line of standard input to standard output the first time it
@@ -105,33 +105,13 @@ pub fn run(args: &Args) -> Result<()> {
     let setup = setup.elapsed();
 
     let start = Instant::now();
-    let mut lines = Lines::new(
-        stdin_reader(),
-        "stdin".to_owned(),
-        args.input.max_line_bytes,
-    );
-    let mut out = BufWriter::with_capacity(STDOUT_BUFFER, raw_stdout());
-    let mut kept = 0u64;
-    let mut is_new = Vec::new();
-    while let Some(batch) = lines.next_batch()? {
-        // `insert_many_with` hashes each line a window ahead and prefetches its cache line,
-        // so the DRAM misses overlap, and reports for each line, in order, what `insert`
-        // would have: the result is exactly that of one `insert` per line (a line repeated
-        // within the batch is new only the first time).
-        is_new.clear();
-        filter.insert_many_with(batch.iter(), |new| is_new.push(new));
-        for (line, _) in batch.iter().zip(&is_new).filter(|(_, new)| **new) {
-            out.write_all(line)
-                .and_then(|()| out.write_all(b"\n"))
-                .map_err(|e| stdout_failed(&e))?;
-            kept += 1;
-        }
-        // Pass each chunk's output on at once, so a consumer downstream is never kept
-        // waiting while the input trickles in (a chunk is up to 256 KiB of input: one
-        // write per thousands of lines).
-        out.flush().map_err(|e| stdout_failed(&e))?;
-    }
-    drop(out);
+    // `insert_many_with` hashes each line a window ahead and prefetches its cache line, so
+    // the DRAM misses overlap, and reports for each line, in order, what `insert` would have:
+    // the result is exactly that of one `insert` per line (a line repeated within the batch
+    // is new only the first time).
+    let (lines, kept) = stream(args, |batch, keep| {
+        filter.insert_many_with(batch.iter(), |new| keep.push(new));
+    })?;
     let streamed = start.elapsed();
 
     let saved = Instant::now();
@@ -150,6 +130,37 @@ pub fn run(args: &Args) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Copies each line of standard input to standard output when `decide` says to keep it
+/// (one answer per line of the batch, in order); the lines read, and how many were kept.
+/// Each chunk's output is passed on at once, so a consumer downstream is never kept waiting
+/// while the input trickles in (a chunk is up to 256 KiB of input: one write per thousands
+/// of lines).
+fn stream(
+    args: &Args,
+    mut decide: impl FnMut(&Batch<'_>, &mut Vec<bool>),
+) -> Result<(Lines<Box<dyn io::Read>>, u64)> {
+    let mut lines = Lines::new(
+        stdin_reader(),
+        "stdin".to_owned(),
+        args.input.max_line_bytes,
+    );
+    let mut out = BufWriter::with_capacity(STDOUT_BUFFER, raw_stdout());
+    let mut kept = 0u64;
+    let mut keep = Vec::new();
+    while let Some(batch) = lines.next_batch()? {
+        keep.clear();
+        decide(&batch, &mut keep);
+        for (line, _) in batch.iter().zip(&keep).filter(|(_, keep)| **keep) {
+            out.write_all(line)
+                .and_then(|()| out.write_all(b"\n"))
+                .map_err(|e| stdout_failed(&e))?;
+            kept += 1;
+        }
+        out.flush().map_err(|e| stdout_failed(&e))?;
+    }
+    Ok((lines, kept))
 }
 
 /// Whether the saturation warning could fire, i.e. whether the pass over the whole bit array
@@ -263,26 +274,9 @@ fn run_windowed(args: &Args, window: Window) -> Result<()> {
     let setup = setup.elapsed();
 
     let start = Instant::now();
-    let mut lines = Lines::new(
-        stdin_reader(),
-        "stdin".to_owned(),
-        args.input.max_line_bytes,
-    );
-    let mut out = BufWriter::with_capacity(STDOUT_BUFFER, raw_stdout());
-    let mut kept = 0u64;
-    let mut seen = Vec::new();
-    while let Some(batch) = lines.next_batch()? {
-        seen.clear();
-        filter.seen_or_insert_many_with(batch.iter(), |s| seen.push(s));
-        for (line, _) in batch.iter().zip(&seen).filter(|(_, seen)| !**seen) {
-            out.write_all(line)
-                .and_then(|()| out.write_all(b"\n"))
-                .map_err(|e| stdout_failed(&e))?;
-            kept += 1;
-        }
-        out.flush().map_err(|e| stdout_failed(&e))?;
-    }
-    drop(out);
+    let (lines, kept) = stream(args, |batch, keep| {
+        filter.seen_or_insert_many_with(batch.iter(), |seen| keep.push(!seen));
+    })?;
     let streamed = start.elapsed();
 
     let saved = Instant::now();

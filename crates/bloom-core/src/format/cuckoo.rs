@@ -3,7 +3,7 @@
 
 use std::io::{self, Read, Write};
 
-use super::checksum::{CHECKSUM_LEN, Summed, checksum, digest};
+use super::checksum::{CHECKSUM_LEN, Summed};
 use super::header::{FilterKind, HEADER_LEN, KIND_OFFSET, decode_kind, encode, fields};
 use super::{DecodeError, read_up_to};
 use crate::CuckooFilter;
@@ -198,26 +198,7 @@ impl CuckooFilter {
     /// ```
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, DecodeError> {
         let header = CuckooHeader::decode(bytes)?;
-        let needed = header.file_len();
-        let available = bytes.len() as u64;
-        if available < needed {
-            return Err(DecodeError::Truncated { needed, available });
-        }
-        if available > needed {
-            return Err(DecodeError::TrailingBytes {
-                extra: available - needed,
-            });
-        }
-        let body_end = bytes.len() - CHECKSUM_LEN;
-        let stored = u32::from_le_bytes(bytes[body_end..].try_into().unwrap());
-        let computed = checksum(&bytes[..body_end]);
-        if stored != computed {
-            return Err(DecodeError::ChecksumMismatch { stored, computed });
-        }
-        let words = bytes[HEADER_LEN..body_end]
-            .chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
-            .collect();
+        let words = super::words::body_of(bytes, header.file_len())?;
         header.filter(words)
     }
 
@@ -237,43 +218,7 @@ impl CuckooFilter {
         let mut head = [0u8; HEADER_LEN];
         let got = read_up_to(r, &mut head)?;
         let header = CuckooHeader::decode(&head[..got])?;
-        let needed = header.file_len();
-        let mut digest = digest();
-        digest.update(&head);
-        let mut words = Vec::new();
-        let mut chunk = vec![0u8; CHUNK];
-        let mut remaining = header.num_words * 8;
-        while remaining > 0 {
-            let want = remaining.min(CHUNK as u64) as usize;
-            let got = read_up_to(r, &mut chunk[..want])?;
-            if got < want {
-                let available = needed - remaining - CHECKSUM_LEN as u64 + got as u64;
-                return Err(DecodeError::Truncated { needed, available });
-            }
-            digest.update(&chunk[..got]);
-            words.extend(
-                chunk[..got]
-                    .chunks_exact(8)
-                    .map(|c| u64::from_le_bytes(c.try_into().unwrap())),
-            );
-            remaining -= got as u64;
-        }
-        let mut trailer = [0u8; CHECKSUM_LEN];
-        let got = read_up_to(r, &mut trailer)?;
-        if got < CHECKSUM_LEN {
-            return Err(DecodeError::Truncated {
-                needed,
-                available: needed - (CHECKSUM_LEN - got) as u64,
-            });
-        }
-        let stored = u32::from_le_bytes(trailer);
-        let computed = digest.finalize();
-        if stored != computed {
-            return Err(DecodeError::ChecksumMismatch { stored, computed });
-        }
-        if read_up_to(r, &mut [0u8; 1])? != 0 {
-            return Err(DecodeError::TrailingBytes { extra: 1 });
-        }
+        let words = super::words::read_body(r, &head, header.num_words, header.file_len())?;
         header.filter(words)
     }
 }

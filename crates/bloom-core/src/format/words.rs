@@ -77,7 +77,14 @@ fn write_words<W: Write + ?Sized>(
 /// Parses exactly `bytes` as a file of `F`'s kind.
 pub(crate) fn from_bytes<F: WordBody>(bytes: &[u8]) -> Result<F, DecodeError> {
     let header = WordsHeader::decode(bytes, F::KIND, F::SLOTS_PER_WORD)?;
-    let needed = file_len(&header);
+    let words = body_of(bytes, file_len(&header))?;
+    check_tail::<F>(&header, &words)?;
+    Ok(F::from_body(header.parts, words))
+}
+
+/// The words of a file of `header + 8·W + checksum` bytes that must be exactly `needed` long:
+/// its length and its checksum checked (for every kind whose body is words).
+pub(crate) fn body_of(bytes: &[u8], needed: u64) -> Result<Vec<u64>, DecodeError> {
     let available = bytes.len() as u64;
     if available < needed {
         return Err(DecodeError::Truncated { needed, available });
@@ -93,12 +100,10 @@ pub(crate) fn from_bytes<F: WordBody>(bytes: &[u8]) -> Result<F, DecodeError> {
     if stored != computed {
         return Err(DecodeError::ChecksumMismatch { stored, computed });
     }
-    let words: Vec<u64> = bytes[HEADER_LEN..body_end]
+    Ok(bytes[HEADER_LEN..body_end]
         .chunks_exact(8)
         .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
-        .collect();
-    check_tail::<F>(&header, &words)?;
-    Ok(F::from_body(header.parts, words))
+        .collect())
 }
 
 /// Reads one file of `F`'s kind from `r`, which must end right after it. The words grow only
@@ -108,13 +113,24 @@ fn read_from<F: WordBody, R: Read + ?Sized>(r: &mut R) -> Result<F, DecodeError>
     let mut header_bytes = [0u8; HEADER_LEN];
     let got = read_up_to(r, &mut header_bytes)?;
     let header = WordsHeader::decode(&header_bytes[..got], F::KIND, F::SLOTS_PER_WORD)?;
-    let needed = file_len(&header);
-    let mut digest = digest();
-    digest.update(&header_bytes);
+    let words = read_body(r, &header_bytes, header.num_words, file_len(&header))?;
+    check_tail::<F>(&header, &words)?;
+    Ok(F::from_body(header.parts, words))
+}
 
+/// The `num_words` words after `header_bytes` (already read from `r`), then the checksum of
+/// both, and nothing after it; `needed` is the whole file's length, for the errors.
+pub(crate) fn read_body<R: Read + ?Sized>(
+    r: &mut R,
+    header_bytes: &[u8; HEADER_LEN],
+    num_words: u64,
+    needed: u64,
+) -> Result<Vec<u64>, DecodeError> {
+    let mut digest = digest();
+    digest.update(header_bytes);
     let mut words: Vec<u64> = Vec::new();
     let mut chunk = vec![0u8; CHUNK];
-    let mut remaining = header.num_words * 8;
+    let mut remaining = num_words * 8;
     while remaining > 0 {
         let want = remaining.min(chunk.len() as u64) as usize;
         let got = read_up_to(r, &mut chunk[..want])?;
@@ -141,8 +157,7 @@ fn read_from<F: WordBody, R: Read + ?Sized>(r: &mut R) -> Result<F, DecodeError>
     if read_up_to(r, &mut [0u8; 1])? != 0 {
         return Err(DecodeError::TrailingBytes { extra: 1 });
     }
-    check_tail::<F>(&header, &words)?;
-    Ok(F::from_body(header.parts, words))
+    Ok(words)
 }
 
 fn digest_words(digest: &mut Digest, bytes: &[u8], words: &mut Vec<u64>) {
