@@ -5,6 +5,7 @@
 mod config;
 mod conn;
 mod error;
+mod filter_store;
 mod protocol;
 mod scripts;
 mod stats;
@@ -12,6 +13,7 @@ mod sync;
 
 pub use config::{RedisSyncBuilder, StalePolicy};
 pub use error::Error;
+pub use filter_store::RedisFilterStore;
 pub use stats::{Rebuilt, ReconcileReport, RedisStats};
 pub use sync::RedisSync;
 

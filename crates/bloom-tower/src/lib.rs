@@ -7,6 +7,9 @@
 pub mod admin;
 #[cfg(any(feature = "guarded-cache", feature = "response-cache"))]
 mod cache_settings;
+#[cfg(feature = "filter-set")]
+#[cfg_attr(docsrs, doc(cfg(feature = "filter-set")))]
+pub mod filter_set;
 #[cfg(any(feature = "guarded-cache", feature = "response-cache"))]
 mod flight;
 pub mod guard;

@@ -152,6 +152,26 @@ pub mod names {
     /// Counter: responses discarded because their key was invalidated while they loaded.
     pub const RESPONSE_CACHE_STALE_DISCARDED: &str =
         "bloom_response_cache_stale_loads_discarded_total";
+    /// Gauge: filters a `FilterSet` holds in memory.
+    pub const FILTER_SET_FILTERS: &str = "bloom_filter_set_filters";
+    /// Gauge: bytes a `FilterSet`'s filters in memory count against its budget.
+    pub const FILTER_SET_BYTES: &str = "bloom_filter_set_bytes";
+    /// Gauge: a `FilterSet`'s budget in bytes.
+    pub const FILTER_SET_BUDGET_BYTES: &str = "bloom_filter_set_budget_bytes";
+    /// Counter: filters a `FilterSet` read back from its store.
+    pub const FILTER_SET_LOADS: &str = "bloom_filter_set_loads_total";
+    /// Counter: filters a `FilterSet` created on a key's first write.
+    pub const FILTER_SET_CREATES: &str = "bloom_filter_set_creates_total";
+    /// Counter: loads that failed (the store failed, or its bytes were not a filter).
+    pub const FILTER_SET_LOAD_ERRORS: &str = "bloom_filter_set_load_errors_total";
+    /// Counter: filters a `FilterSet` evicted to its store.
+    pub const FILTER_SET_EVICTIONS: &str = "bloom_filter_set_evictions_total";
+    /// Counter: filters written to the store (evictions and flushes).
+    pub const FILTER_SET_STORES: &str = "bloom_filter_set_stores_total";
+    /// Counter: writes to the store that failed (the filter stayed in memory).
+    pub const FILTER_SET_STORE_ERRORS: &str = "bloom_filter_set_store_errors_total";
+    /// Histogram: seconds to read a filter back from the store and decode it.
+    pub const FILTER_SET_LOAD_DURATION: &str = "bloom_filter_set_load_duration_seconds";
 }
 
 /// Describes every series in [`names`] (`# HELP` text and [`metrics::Unit`]) to the installed
@@ -325,6 +345,56 @@ pub fn describe() {
         names::RESPONSE_CACHE_STALE_DISCARDED,
         Unit::Count,
         "ResponseCache responses discarded because their key was invalidated while they loaded."
+    );
+    describe_gauge!(
+        names::FILTER_SET_FILTERS,
+        Unit::Count,
+        "Filters a FilterSet holds in memory."
+    );
+    describe_gauge!(
+        names::FILTER_SET_BYTES,
+        Unit::Bytes,
+        "Bytes a FilterSet's filters in memory count against its budget."
+    );
+    describe_gauge!(
+        names::FILTER_SET_BUDGET_BYTES,
+        Unit::Bytes,
+        "A FilterSet's memory budget."
+    );
+    describe_counter!(
+        names::FILTER_SET_LOADS,
+        Unit::Count,
+        "Filters a FilterSet read back from its store."
+    );
+    describe_counter!(
+        names::FILTER_SET_CREATES,
+        Unit::Count,
+        "Filters a FilterSet created on a key's first write."
+    );
+    describe_counter!(
+        names::FILTER_SET_LOAD_ERRORS,
+        Unit::Count,
+        "FilterSet loads that failed: the store failed, or its bytes were not a filter."
+    );
+    describe_counter!(
+        names::FILTER_SET_EVICTIONS,
+        Unit::Count,
+        "Filters a FilterSet evicted to its store to stay within its budget."
+    );
+    describe_counter!(
+        names::FILTER_SET_STORES,
+        Unit::Count,
+        "Filters a FilterSet wrote to its store (evictions and flushes)."
+    );
+    describe_counter!(
+        names::FILTER_SET_STORE_ERRORS,
+        Unit::Count,
+        "FilterSet writes to the store that failed; the filter stayed in memory."
+    );
+    describe_histogram!(
+        names::FILTER_SET_LOAD_DURATION,
+        Unit::Seconds,
+        "Time to read a filter back from a FilterSet's store and decode it."
     );
 }
 

@@ -413,6 +413,22 @@ impl WindowedFilter {
             .clock(self.parts.clock.clone())
     }
 
+    /// The clock a time window reads (a count window keeps it but never reads it).
+    ///
+    /// ```
+    /// use std::{sync::Arc, time::Duration};
+    /// use bloom_core::windowed::{Clock, ManualClock, Window, WindowedFilter};
+    ///
+    /// let clock = Arc::new(ManualClock::new(5_000));
+    /// let f = WindowedFilter::builder(Window::Time(Duration::from_secs(60)))
+    ///     .expected_items(10).false_positive_rate(0.01).clock(clock).build()?;
+    /// assert_eq!(f.clock().now_millis(), 5_000);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.parts.clock
+    }
+
     /// The window.
     pub fn window(&self) -> Window {
         self.parts.window

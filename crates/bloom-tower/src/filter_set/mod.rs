@@ -1,0 +1,90 @@
+//! [`FilterSet`]: one small filter per key (user, tenant, feed) under one memory budget.
+//!
+//! A feed must not show a user an item twice within a week; a multi-tenant service keeps a
+//! filter per tenant. That is millions of small filters, of which only some are in use at any
+//! time. A `FilterSet` keeps the ones in use in memory, up to a byte budget, and evicts the
+//! least recently used to a [`FilterStore`]: a directory ([`DirectoryStore`]) or Redis
+//! (`bloom_redis::RedisFilterStore`). The next use of an evicted key loads its filter back.
+//! A key's filter is created on its first write, plain or windowed
+//! ([`FilterSetBuilder::plain`], [`FilterSetBuilder::windowed`]).
+//!
+//! ```
+//! use std::time::Duration;
+//! use bloom_core::windowed::{Window, WindowedFilter};
+//! use bloom_tower::filter_set::{DirectoryStore, FilterSet};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(async {
+//! let dir = tempfile::tempdir()?;
+//! let shown = FilterSet::<u64, _>::builder(DirectoryStore::new(dir.path())?)
+//!     .windowed(WindowedFilter::builder(Window::Time(Duration::from_secs(7 * 86_400)))
+//!         .expected_items(300)
+//!         .false_positive_rate(0.01))?
+//!     .budget_bytes(256 << 20)
+//!     .build();
+//! let candidates = ["a", "b", "c"];
+//! let user = 42;
+//! let feed: Vec<&str> = shown
+//!     .update(&user, |seen| candidates.into_iter().filter(|item| !seen.contains(*item)).take(2)
+//!         .inspect(|item| { seen.insert(*item); }).collect())
+//!     .await?;
+//! assert_eq!(feed, ["a", "b"]);
+//! shown.flush_key(&user).await?; // durable before the response goes out
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # })?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Guarantees
+//!
+//! * **Eviction loses nothing.** Every operation answers as if no filter had ever been
+//!   evicted: an evicted filter that changed is stored before it leaves memory, and a key
+//!   being evicted is not loaded again until its store completed. An operation runs on a
+//!   filter only while it is pinned in memory; an eviction waits for operations running on
+//!   its victim, then stops new ones (they look the key up again, and load it). Guarded by the
+//!   property test `tests/filter_set.rs` `answers_are_those_of_a_set_that_never_evicts`.
+//! * **One load per key.** Concurrent operations on an absent key load it once; the others
+//!   wait for that load ([`FilterSetStats::coalesced_waiters`]). A load whose future is
+//!   dropped or fails releases its waiters, and one of them loads again
+//!   (`a_cancelled_load_releases_its_waiters`, `concurrent_users_of_an_evicted_key_load_it_once`).
+//! * **The budget.** A load that would take the bytes in memory over
+//!   [`budget_bytes`](FilterSetBuilder::budget_bytes) first evicts the least recently used
+//!   filters (an LRU order over all keys). Bytes are the filter's plus an estimate of the
+//!   table's overhead ([`ENTRY_OVERHEAD_BYTES`]); loads in flight count theirs. When the
+//!   store fails, the filter stays in memory and the set runs over budget
+//!   ([`FilterSetStats::store_errors`]) rather than lose it.
+//! * **Durability.** A write is in memory when it returns. It is in the store once the
+//!   filter is evicted, or once a [`flush`](FilterSet::flush) or
+//!   [`flush_key`](FilterSet::flush_key) that started after it returned `Ok`. Stores
+//!   replace a filter atomically, so a process killed at any moment, in the middle of a
+//!   store too, leaves every key's filter as its last completed store: nothing it
+//!   acknowledged after a flush is lost (`tests/filter_set_process.rs`
+//!   `a_killed_feed_service_loses_no_item_it_acknowledged`). Run `flush` on a timer and at
+//!   shutdown; call `flush_key` before acknowledging a write that must survive a crash.
+//! * **Bad stored bytes are an error, not a fresh filter**: a key whose stored filter is
+//!   corrupted answers [`FilterSetError::Corrupt`] and its bytes are left for an operator
+//!   (replacing them with an empty filter would forget the key's history).
+//!
+//! # Where each behaviour lives
+//!
+//! * `set.rs`: [`FilterSet`]: operations, loads, eviction, flushes.
+//! * `slots.rs`: the table: key states (resident, busy, absent), LRU order, bytes, and the
+//!   guards that undo a cancelled load or eviction.
+//! * `builder.rs`: [`FilterSetBuilder`]: budget, filter kind, name.
+//! * `store.rs`, `directory.rs`: [`FilterStore`], [`StoreError`], [`DirectoryStore`].
+//! * `stats.rs`, `error.rs`: [`FilterSetStats`] (and the `bloom_filter_set_*` metrics),
+//!   [`FilterSetError`].
+
+mod builder;
+mod directory;
+mod error;
+mod set;
+mod slots;
+mod stats;
+mod store;
+
+pub use builder::FilterSetBuilder;
+pub use directory::DirectoryStore;
+pub use error::FilterSetError;
+pub use set::{ENTRY_OVERHEAD_BYTES, FilterSet};
+pub use stats::FilterSetStats;
+pub use store::{FilterStore, StoreError};

@@ -1,0 +1,368 @@
+//! `FilterSet`: eviction and reload answer like a set that never evicts; one load per key;
+//! cancelled loads and failed evictions strand nothing and lose nothing; corrupt stored bytes
+//! are an error; the budget and the LRU order hold.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bloom_core::windowed::{ManualClock, Window, WindowedFilter};
+use bloom_core::{AnyFilter, BloomFilter};
+use bloom_tower::filter_set::{
+    DirectoryStore, ENTRY_OVERHEAD_BYTES, FilterSet, FilterSetError, FilterStore, StoreError,
+};
+use proptest::prelude::*;
+
+/// A store in memory that counts calls, can delay loads, and can fail stores.
+#[derive(Clone, Default)]
+struct TestStore {
+    files: Arc<Mutex<HashMap<String, Vec<u8>>>>,
+    loads: Arc<AtomicUsize>,
+    stores: Arc<AtomicUsize>,
+    load_delay: Arc<Mutex<Duration>>,
+    fail_stores: Arc<AtomicBool>,
+}
+
+impl FilterStore for TestStore {
+    async fn load(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.loads.fetch_add(1, Ordering::SeqCst);
+        let delay = *self.load_delay.lock().unwrap();
+        tokio::time::sleep(delay).await;
+        Ok(self.files.lock().unwrap().get(name).cloned())
+    }
+
+    async fn store(&self, name: &str, bytes: Vec<u8>) -> Result<(), StoreError> {
+        if self.fail_stores.load(Ordering::SeqCst) {
+            return Err(StoreError::backend("store refused by the test"));
+        }
+        self.stores.fetch_add(1, Ordering::SeqCst);
+        self.files.lock().unwrap().insert(name.to_owned(), bytes);
+        Ok(())
+    }
+}
+
+/// The same filter for the same user in every set: the seed comes from the user.
+fn plain_for(user: &u64) -> AnyFilter {
+    AnyFilter::from(
+        BloomFilter::builder()
+            .expected_items(50)
+            .false_positive_rate(0.05)
+            .seed(u128::from(*user) + 1)
+            .build()
+            .unwrap(),
+    )
+}
+
+fn plain_bytes() -> usize {
+    plain_for(&0).size_in_bytes() + ENTRY_OVERHEAD_BYTES
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Insert(u64, u16),
+    Contains(u64, u16),
+    SeenOrInsert(u64, u16),
+    Flush,
+    /// Hours on the windowed sets' clock.
+    Advance(u8),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0..10u64, 0..60u16).prop_map(|(u, i)| Op::Insert(u, i)),
+        4 => (0..12u64, 0..60u16).prop_map(|(u, i)| Op::Contains(u, i)),
+        3 => (0..10u64, 0..60u16).prop_map(|(u, i)| Op::SeenOrInsert(u, i)),
+        1 => Just(Op::Flush),
+        1 => (1..30u8).prop_map(Op::Advance),
+    ]
+}
+
+/// Runs `ops` on a set that holds about two filters and on one that holds them all; every
+/// answer must be the same. Windowed sets share one manual clock.
+fn same_answers(ops: &[Op], windowed: bool) -> Result<(), TestCaseError> {
+    let clock = Arc::new(ManualClock::new(1_000_000_000));
+    let make = |budget: usize, dir: &std::path::Path| {
+        let clock = clock.clone();
+        let builder = FilterSet::<u64, _>::builder(DirectoryStore::new(dir).unwrap().sync(false))
+            .budget_bytes(budget)
+            .clock(clock.clone());
+        if windowed {
+            builder.new_filter(move |user| {
+                AnyFilter::from(
+                    WindowedFilter::builder(Window::Time(Duration::from_secs(24 * 3600)))
+                        .expected_items(50)
+                        .false_positive_rate(0.05)
+                        .seed(u128::from(*user) + 1)
+                        .clock(clock.clone())
+                        .build()
+                        .unwrap(),
+                )
+            })
+        } else {
+            builder.new_filter(plain_for)
+        }
+        .build()
+    };
+    let small_dir = tempfile::tempdir().unwrap();
+    let large_dir = tempfile::tempdir().unwrap();
+    let one = if windowed {
+        let probe = WindowedFilter::builder(Window::Time(Duration::from_secs(24 * 3600)))
+            .expected_items(50)
+            .false_positive_rate(0.05)
+            .build()
+            .unwrap();
+        probe.size_in_bytes() + ENTRY_OVERHEAD_BYTES
+    } else {
+        plain_bytes()
+    };
+    let small = make(2 * one + one / 2, small_dir.path());
+    let large = make(usize::MAX, large_dir.path());
+    runtime().block_on(async {
+        for op in ops {
+            let (a, b) = match *op {
+                Op::Insert(u, i) => (
+                    small.insert(&u, &i).await.map(|_| true),
+                    large.insert(&u, &i).await.map(|_| true),
+                ),
+                Op::Contains(u, i) => (small.contains(&u, &i).await, large.contains(&u, &i).await),
+                Op::SeenOrInsert(u, i) => (
+                    small.seen_or_insert(&u, &i).await,
+                    large.seen_or_insert(&u, &i).await,
+                ),
+                Op::Flush => (
+                    small.flush().await.map(|_| true),
+                    large.flush().await.map(|_| true),
+                ),
+                Op::Advance(hours) => {
+                    clock.advance(Duration::from_secs(u64::from(hours) * 3600));
+                    continue;
+                }
+            };
+            prop_assert_eq!(a.unwrap(), b.unwrap(), "after {:?}", op);
+            prop_assert!(small.stats().bytes_in_memory <= small.stats().budget_bytes);
+        }
+        prop_assert_eq!(large.stats().evictions, 0);
+        Ok(())
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    #[test]
+    fn answers_are_those_of_a_set_that_never_evicts(ops in prop::collection::vec(op(), 1..300)) {
+        same_answers(&ops, false)?;
+    }
+
+    #[test]
+    fn windowed_answers_are_those_of_a_set_that_never_evicts(ops in prop::collection::vec(op(), 1..300)) {
+        same_answers(&ops, true)?;
+    }
+}
+
+#[test]
+fn the_property_test_evicts_and_reloads() {
+    // Ten users through a set that holds two: the property above exercises evictions.
+    let ops: Vec<Op> = (0..10u64)
+        .flat_map(|u| [Op::Insert(u, 1), Op::Contains(u, 1)])
+        .chain((0..10u64).map(|u| Op::Contains(u, 1)))
+        .collect();
+    same_answers(&ops, false).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let set = FilterSet::<u64, _>::builder(DirectoryStore::new(dir.path()).unwrap())
+        .budget_bytes(2 * plain_bytes() + plain_bytes() / 2)
+        .new_filter(plain_for)
+        .build();
+    runtime().block_on(async {
+        for u in 0..10u64 {
+            set.insert(&u, "x").await.unwrap();
+        }
+        for u in 0..10u64 {
+            assert!(set.contains(&u, "x").await.unwrap(), "user {u}");
+        }
+    });
+    let stats = set.stats();
+    assert!(stats.evictions >= 16, "{stats:?}");
+    assert!(stats.loads >= 8, "{stats:?}");
+    assert_eq!(stats.filters_in_memory, 2, "{stats:?}");
+}
+
+#[test]
+fn the_least_recently_used_filter_is_evicted_first() {
+    let store = TestStore::default();
+    // Each entry also counts its name: one byte here.
+    let set = FilterSet::<u64, _>::builder(store.clone())
+        .budget_bytes(3 * (plain_bytes() + 1))
+        .new_filter(plain_for)
+        .build();
+    runtime().block_on(async {
+        for u in 1..=3u64 {
+            set.insert(&u, "x").await.unwrap();
+        }
+        assert!(set.contains(&1, "x").await.unwrap()); // 2 is now the least recently used
+        set.insert(&4, "x").await.unwrap();
+    });
+    let files = store.files.lock().unwrap();
+    assert_eq!(files.keys().collect::<Vec<_>>(), ["2"]);
+    let stats = set.stats();
+    assert_eq!((stats.filters_in_memory, stats.evictions), (3, 1));
+    assert!(stats.bytes_in_memory <= stats.budget_bytes);
+}
+
+#[test]
+fn concurrent_users_of_an_evicted_key_load_it_once() {
+    let store = TestStore::default();
+    let set = Arc::new(
+        FilterSet::<u64, _>::builder(store.clone())
+            .budget_bytes(plain_bytes())
+            .new_filter(plain_for)
+            .build(),
+    );
+    runtime().block_on(async {
+        set.insert(&1, "a").await.unwrap();
+        set.insert(&2, "b").await.unwrap(); // evicts 1
+        assert_eq!(store.files.lock().unwrap().len(), 1);
+        *store.load_delay.lock().unwrap() = Duration::from_millis(50);
+        let loads_before = store.loads.load(Ordering::SeqCst);
+        let tasks: Vec<_> = (0..10)
+            .map(|_| {
+                let set = set.clone();
+                tokio::spawn(async move { set.contains(&1, "a").await.unwrap() })
+            })
+            .collect();
+        for t in tasks {
+            assert!(t.await.unwrap());
+        }
+        assert_eq!(store.loads.load(Ordering::SeqCst) - loads_before, 1);
+    });
+    assert!(set.stats().coalesced_waiters >= 9, "{:?}", set.stats());
+}
+
+#[test]
+fn a_cancelled_load_releases_its_waiters() {
+    let store = TestStore::default();
+    let set = Arc::new(
+        FilterSet::<u64, _>::builder(store.clone())
+            .budget_bytes(plain_bytes())
+            .new_filter(plain_for)
+            .build(),
+    );
+    runtime().block_on(async {
+        set.insert(&1, "a").await.unwrap();
+        set.insert(&2, "b").await.unwrap(); // evicts 1
+        *store.load_delay.lock().unwrap() = Duration::from_secs(3600);
+        let leader = {
+            let set = set.clone();
+            tokio::spawn(async move { set.contains(&1, "a").await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await; // the leader is loading
+        let waiter = {
+            let set = set.clone();
+            tokio::spawn(async move { set.contains(&1, "a").await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await; // the waiter waits
+        *store.load_delay.lock().unwrap() = Duration::ZERO;
+        leader.abort();
+        let answer = tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("the waiter was stranded by the cancelled leader");
+        assert!(answer.unwrap().unwrap());
+    });
+    assert_eq!(set.stats().filters_in_memory, 1);
+}
+
+#[test]
+fn a_failed_eviction_keeps_the_filter() {
+    let store = TestStore::default();
+    let set = FilterSet::<u64, _>::builder(store.clone())
+        .budget_bytes(plain_bytes())
+        .new_filter(plain_for)
+        .build();
+    runtime().block_on(async {
+        set.insert(&1, "a").await.unwrap();
+        store.fail_stores.store(true, Ordering::SeqCst);
+        set.insert(&2, "b").await.unwrap(); // the eviction of 1 fails: over budget
+        let stats = set.stats();
+        assert_eq!(
+            (stats.filters_in_memory, stats.store_errors),
+            (2, 1),
+            "{stats:?}"
+        );
+        assert!(stats.bytes_in_memory > stats.budget_bytes);
+        assert!(set.contains(&1, "a").await.unwrap());
+        assert!(matches!(
+            set.flush().await,
+            Err(FilterSetError::Store { .. })
+        ));
+        store.fail_stores.store(false, Ordering::SeqCst);
+        assert_eq!(set.flush().await.unwrap(), 2);
+    });
+    let files = store.files.lock().unwrap();
+    let one = AnyFilter::from_bytes(&files["1"]).unwrap();
+    assert!(one.contains("a"));
+}
+
+#[test]
+fn a_corrupt_stored_filter_is_an_error_and_is_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DirectoryStore::new(dir.path()).unwrap();
+    let path = store.path_of("5");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let mut bytes = plain_for(&5).to_bytes();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&path, &bytes).unwrap();
+    let set = FilterSet::<u64, _>::builder(store)
+        .new_filter(plain_for)
+        .build();
+    runtime().block_on(async {
+        let e = set.insert(&5, "x").await.unwrap_err();
+        assert!(matches!(e, FilterSetError::Corrupt { .. }), "{e}");
+        assert!(e.to_string().contains("\"5\""), "{e}");
+        assert!(set.contains(&5, "x").await.is_err());
+        assert!(set.contains(&6, "x").await.is_ok());
+    });
+    assert_eq!(std::fs::read(&path).unwrap(), bytes);
+    assert_eq!(set.stats().load_errors, 2);
+}
+
+#[test]
+fn a_flushed_set_is_read_back_by_a_new_process_with_what_expired() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(1_000_000_000));
+    let week = || {
+        WindowedFilter::builder(Window::Time(Duration::from_secs(7 * 86_400)))
+            .expected_items(100)
+            .false_positive_rate(0.01)
+            .clock(clock.clone())
+    };
+    runtime().block_on(async {
+        let set = FilterSet::<String, _>::builder(DirectoryStore::new(dir.path()).unwrap())
+            .windowed(week())
+            .unwrap()
+            .build();
+        set.insert(&"user/1".to_owned(), "old").await.unwrap();
+        clock.advance(Duration::from_secs(6 * 86_400));
+        set.insert(&"user/1".to_owned(), "new").await.unwrap();
+        assert_eq!(set.flush().await.unwrap(), 1);
+        assert_eq!(set.flush().await.unwrap(), 0);
+    });
+    clock.advance(Duration::from_secs(4 * 86_400)); // "old" is 10 days old, "new" 4
+    runtime().block_on(async {
+        let set = FilterSet::<String, _>::builder(DirectoryStore::new(dir.path()).unwrap())
+            .windowed(week())
+            .unwrap()
+            .build();
+        assert!(set.contains(&"user/1".to_owned(), "new").await.unwrap());
+        assert!(!set.contains(&"user/1".to_owned(), "old").await.unwrap());
+        assert_eq!(set.stats().loads, 1);
+    });
+}
