@@ -10,5 +10,6 @@
 struct WorkspaceReadme;
 
 pub mod db;
+pub mod feed;
 pub mod passwords;
 pub mod user_service;

@@ -71,6 +71,19 @@ impl DirectoryStore {
         self
     }
 
+    /// The directory the store keeps its files under.
+    ///
+    /// ```
+    /// use bloom_tower::filter_set::DirectoryStore;
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// assert_eq!(DirectoryStore::new(dir.path())?.root(), dir.path());
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
     /// The file that holds the filter `name`.
     ///
     /// ```

@@ -1,0 +1,26 @@
+//! The feed service: `GET /feed/{user}` never returns an item the user was shown within the
+//! last 7 days. One windowed filter per user in a [`FilterSet`](bloom_tower::filter_set::FilterSet)
+//! under a memory budget, evicted to a directory (`./data/feed-filters`) or, when
+//! `REDIS_URL` is set, to Redis.
+//!
+//! | route | what it does |
+//! | --- | --- |
+//! | `GET /feed/{user}` | the newest `page` items of the catalogue the user's filter has not seen; marks them seen. JSON `{"items": [...], "withheld": [...]}` (`withheld`: candidates skipped as already shown, for the checker) |
+//! | `GET /seen/{user}/{item}` | JSON `{"seen": bool}`: whether the user's filter holds the item |
+//! | `GET /stats` | the filter set's [`FilterSetStats`](bloom_tower::filter_set::FilterSetStats) as JSON |
+//!
+//! Two requests of one user run one after the other (a striped lock per user): a check and
+//! the insert that follows it are one step, so two tabs cannot both be shown an item.
+//!
+//! [`simulate`] drives the service over TCP with a simulated clock: a million users of whom
+//! 10 % are active each day, over two weeks, and checks every answer against an exact record
+//! of what each user was shown. `--durable` stores the user's filter before each response
+//! ([`FilterSet::flush_key`](bloom_tower::filter_set::FilterSet::flush_key)), so a killed
+//! process forgets nothing it answered; without it the set is flushed every second and at
+//! shutdown.
+
+mod service;
+mod simulate;
+
+pub use service::{Catalog, Feed, FeedConfig, FeedStore};
+pub use simulate::{Report, SimulationConfig, simulate};

@@ -1,0 +1,235 @@
+//! The service: its store, state, routes and handlers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use bloom_core::windowed::{Clock, Window, WindowedFilter};
+use bloom_redis::RedisFilterStore;
+use bloom_tower::filter_set::{DirectoryStore, FilterSet, FilterSetError, FilterStore, StoreError};
+use serde_json::json;
+
+/// Where evicted filters go: a directory, or Redis.
+#[derive(Clone, Debug)]
+pub enum FeedStore {
+    /// One file per user (`fsync` off: a killed process loses nothing, a power cut may).
+    Directory(DirectoryStore),
+    /// One Redis string per user.
+    Redis(RedisFilterStore),
+}
+
+impl FeedStore {
+    /// Redis when `redis_url` is set, else the directory.
+    pub async fn open(redis_url: Option<&str>, dir: &std::path::Path) -> anyhow::Result<Self> {
+        Ok(match redis_url {
+            Some(url) => Self::Redis(
+                RedisFilterStore::connect(url)
+                    .await
+                    .context("connecting to Redis for the filter store")?
+                    .prefix("feed:shown:"),
+            ),
+            None => Self::Directory(
+                DirectoryStore::new(dir)
+                    .with_context(|| format!("creating {}", dir.display()))?
+                    .sync(false),
+            ),
+        })
+    }
+
+    /// `redis` or `directory <path>`.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Directory(d) => format!(
+                "directory {}",
+                d.path_of("x")
+                    .parent()
+                    .and_then(|p| p.parent())
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default()
+            ),
+            Self::Redis(_) => "redis".to_owned(),
+        }
+    }
+}
+
+impl FilterStore for FeedStore {
+    async fn load(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        match self {
+            Self::Directory(s) => s.load(name).await,
+            Self::Redis(s) => s.load(name).await,
+        }
+    }
+
+    async fn store(&self, name: &str, bytes: Vec<u8>) -> Result<(), StoreError> {
+        match self {
+            Self::Directory(s) => s.store(name, bytes).await,
+            Self::Redis(s) => s.store(name, bytes).await,
+        }
+    }
+}
+
+/// The items on offer at a time: `per_day` new items every day, ids counting up; the
+/// newest first.
+#[derive(Clone, Copy, Debug)]
+pub struct Catalog {
+    /// New items per day.
+    pub per_day: u64,
+}
+
+impl Catalog {
+    /// The newest item id at `now_ms` (ids below it are older).
+    pub fn newest(&self, now_ms: u64) -> u64 {
+        let day_ms = 86_400_000;
+        now_ms / day_ms * self.per_day + (now_ms % day_ms) * self.per_day / day_ms
+    }
+}
+
+/// How the service is set up.
+#[derive(Clone, Debug)]
+pub struct FeedConfig {
+    /// Bytes the users' filters may take in memory.
+    pub budget_bytes: usize,
+    /// Items a user is expected to be shown in one window (sizes each filter).
+    pub items_per_window: u64,
+    /// Target false-positive rate of each filter.
+    pub fpr: f64,
+    /// The window: an item shown within it is not shown again.
+    pub window: Duration,
+    /// Generations of each filter: an item fades out between the window and the window
+    /// plus `window / (generations − 1)`.
+    pub generations: u32,
+    /// Items per response.
+    pub page: usize,
+    /// Candidates a response looks at, at most.
+    pub scan: usize,
+    /// The catalogue.
+    pub catalog: Catalog,
+    /// Store the user's filter before answering.
+    pub durable: bool,
+}
+
+/// The service's state.
+pub struct Feed {
+    shown: FilterSet<u64, FeedStore>,
+    config: FeedConfig,
+    clock: Arc<dyn Clock>,
+    /// A request holds its user's stripe from the check to the insert.
+    stripes: Vec<tokio::sync::Mutex<()>>,
+}
+
+impl Feed {
+    /// The service over `store`, on `clock`.
+    pub fn new(
+        store: FeedStore,
+        config: FeedConfig,
+        clock: Arc<dyn Clock>,
+    ) -> anyhow::Result<Arc<Self>> {
+        let week = WindowedFilter::builder(Window::Time(config.window))
+            .expected_items(config.items_per_window)
+            .false_positive_rate(config.fpr)
+            .generations(config.generations)
+            .clock(clock.clone());
+        let shown = FilterSet::builder(store)
+            .windowed(week)?
+            .budget_bytes(config.budget_bytes)
+            .name("feed_shown")
+            .build();
+        Ok(Arc::new(Self {
+            shown,
+            config,
+            clock,
+            stripes: (0..4096).map(|_| tokio::sync::Mutex::new(())).collect(),
+        }))
+    }
+
+    /// The filter set (stats, flush).
+    pub fn shown(&self) -> &FilterSet<u64, FeedStore> {
+        &self.shown
+    }
+
+    /// The routes.
+    pub fn router(self: &Arc<Self>) -> Router {
+        Router::new()
+            .route("/feed/{user}", get(feed))
+            .route("/seen/{user}/{item}", get(seen))
+            .route("/stats", get(stats))
+            .with_state(self.clone())
+    }
+
+    /// The page for `user`, and the candidates withheld as already shown.
+    pub async fn page(&self, user: u64) -> Result<(Vec<u64>, Vec<u64>), FilterSetError> {
+        let _turn = self.stripes[(user % self.stripes.len() as u64) as usize]
+            .lock()
+            .await;
+        let newest = self.config.catalog.newest(self.clock.now_millis());
+        let (page, scan) = (self.config.page, self.config.scan as u64);
+        let chosen = self
+            .shown
+            .update(&user, |seen| {
+                let mut items = Vec::with_capacity(page);
+                let mut withheld = Vec::new();
+                for item in (newest.saturating_sub(scan)..newest).rev() {
+                    if items.len() == page {
+                        break;
+                    }
+                    if seen.contains(&item) {
+                        withheld.push(item);
+                    } else {
+                        seen.insert(&item);
+                        items.push(item);
+                    }
+                }
+                (items, withheld)
+            })
+            .await?;
+        if self.config.durable {
+            self.shown.flush_key(&user).await?;
+        }
+        Ok(chosen)
+    }
+}
+
+async fn feed(State(feed): State<Arc<Feed>>, Path(user): Path<u64>) -> Response {
+    match feed.page(user).await {
+        Ok((items, withheld)) => {
+            Json(json!({"items": items, "withheld": withheld})).into_response()
+        }
+        Err(e) => unavailable(e),
+    }
+}
+
+async fn seen(State(feed): State<Arc<Feed>>, Path((user, item)): Path<(u64, u64)>) -> Response {
+    match feed.shown.contains(&user, &item).await {
+        Ok(seen) => Json(json!({"seen": seen})).into_response(),
+        Err(e) => unavailable(e),
+    }
+}
+
+async fn stats(State(feed): State<Arc<Feed>>) -> Response {
+    let s = feed.shown.stats();
+    Json(json!({
+        "filters_in_memory": s.filters_in_memory,
+        "bytes_in_memory": s.bytes_in_memory,
+        "budget_bytes": s.budget_bytes,
+        "loads": s.loads,
+        "creates": s.creates,
+        "evictions": s.evictions,
+        "stores": s.stores,
+        "load_errors": s.load_errors,
+        "store_errors": s.store_errors,
+        "load_latency_mean_us": s.load_latency_mean.as_micros() as u64,
+        "load_latency_max_us": s.load_latency_max.as_micros() as u64,
+    }))
+    .into_response()
+}
+
+/// The store failed: 503, nothing shown (an item shown now could not be remembered).
+fn unavailable(e: FilterSetError) -> Response {
+    tracing::warn!(error = %e, "feed: the user's filter is unavailable");
+    (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response()
+}
