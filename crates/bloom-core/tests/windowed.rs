@@ -231,6 +231,62 @@ fn golden_v1_windowed_still_loads() {
     assert_eq!(AnyFilter::from_bytes(GOLDEN).unwrap().kind(), "windowed");
 }
 
+/// The same filter as `GOLDEN`, with the empty spare stored whole (a length of 0 now stands
+/// for a generation with no key): it still loads, and answers the same.
+const GOLDEN_EVERY_GENERATION: &[u8] =
+    include_bytes!("data/golden-v1-windowed-every-generation-stored.bloom");
+
+#[test]
+fn a_file_that_stores_every_generation_still_loads() {
+    let f = WindowedFilter::from_bytes(GOLDEN_EVERY_GENERATION).unwrap();
+    assert!((100..400).all(|i| f.contains(&format!("url-{i}"))));
+    assert_eq!(f.to_bytes(), GOLDEN);
+    assert!(GOLDEN.len() < GOLDEN_EVERY_GENERATION.len());
+}
+
+/// Generations with no key are stored as a length of 0; a time-window file read after some
+/// of its generations expired builds only the others, and still refuses a flipped bit in
+/// the expired ones.
+#[test]
+fn only_generations_with_keys_are_stored_and_expired_ones_are_still_checked() {
+    let clock = Arc::new(ManualClock::new(1_000_000 * 3_600_000));
+    let hour = Duration::from_secs(3_600);
+    let f = WindowedFilter::builder(Window::Time(3 * hour))
+        .expected_items(3_000)
+        .false_positive_rate(0.01)
+        .generations(4) // T = 1 h
+        .seed(9)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let empty_len = f.to_bytes().len();
+    for h in 0..4u64 {
+        f.insert(&format!("hour-{h}"));
+        clock.advance(hour);
+    }
+    clock.set(clock.now() - 1); // still in the 4th hour: 4 generations written, the spare empty
+    let bytes = f.to_bytes();
+    let generation_len = (bytes.len() - empty_len) / 4;
+    assert_eq!(empty_len + 4 * generation_len, bytes.len());
+    // Two hours later, two of the four generations have left the window.
+    clock.advance(2 * hour);
+    let loaded =
+        WindowedFilter::read_from_with_clock(&mut bytes.as_slice(), clock.clone()).unwrap();
+    assert!(loaded.contains("hour-3") && loaded.contains("hour-2"));
+    assert!(!loaded.contains("hour-0") && !loaded.contains("hour-1"));
+    assert_eq!(loaded.to_bytes().len(), empty_len + 2 * generation_len);
+    // A flipped bit in an expired generation's bits is still refused.
+    let first_body = 80 + 8 + 64; // header and state, the first length, its file's header
+    for at in (first_body..bytes.len() - 4).step_by(generation_len / 3) {
+        let mut flipped = bytes.clone();
+        flipped[at] ^= 0x10;
+        assert!(
+            WindowedFilter::read_from_with_clock(&mut flipped.as_slice(), clock.clone()).is_err(),
+            "byte {at}"
+        );
+    }
+}
+
 #[test]
 fn every_truncation_and_bit_flip_is_refused() {
     let bytes = golden_filter().to_bytes();

@@ -218,7 +218,7 @@ impl CuckooFilter {
         let mut head = [0u8; HEADER_LEN];
         let got = read_up_to(r, &mut head)?;
         let header = CuckooHeader::decode(&head[..got])?;
-        let words = super::words::read_body(r, &head, header.num_words, header.file_len())?;
+        let words = super::words::read_body(r, &head, header.num_words, header.file_len(), true)?;
         header.filter(words)
     }
 }

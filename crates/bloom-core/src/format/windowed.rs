@@ -1,7 +1,12 @@
 //! Kind 4, a windowed filter: the header, the newest epoch and the insert count, then each
 //! generation in ring order as its length and a complete kind-0 file (which ends in its own
-//! CRC-32C), then a CRC-32C of everything before it but the generations' files: every byte is
+//! CRC-32C), or a length of 0 for a generation with no key (the spare, and those never
+//! written), then a CRC-32C of everything before it but the generations' files: every byte is
 //! checked once, as in a plain filter's file.
+//!
+//! A reader on a time window does not build the generations that expired since the file was
+//! written (it checks their bytes, then leaves them empty and untouched): a state saved a day
+//! ago costs the memory and the work of the generations still inside the window.
 
 use std::io::{self, Read, Write};
 use std::sync::Arc;
@@ -124,6 +129,7 @@ impl WindowedHeader {
         self,
         state: (u64, u64),
         generations: Vec<BloomFilter>,
+        written: Vec<bool>,
         clock: Arc<dyn Clock>,
     ) -> Result<WindowedFilter, DecodeError> {
         let template = self.template()?;
@@ -154,7 +160,12 @@ impl WindowedHeader {
             fpr: self.fpr,
             clock,
         };
-        Ok(WindowedFilter::from_parts(parts, generations, Some(state)))
+        Ok(WindowedFilter::from_parts(
+            parts,
+            generations,
+            Some(state),
+            Some(written),
+        ))
     }
 }
 
@@ -199,7 +210,11 @@ impl WindowedFilter {
         put(w, &WindowedHeader::of(self).encode())?;
         put(w, &self.epoch().to_le_bytes())?;
         put(w, &self.inserts().to_le_bytes())?;
-        for generation in self.ring_generations() {
+        for (i, generation) in self.ring_generations().iter().enumerate() {
+            if !self.ring_written(i) {
+                put(w, &0u64.to_le_bytes())?;
+                continue;
+            }
             put(w, &super::words::encoded_len(generation).to_le_bytes())?;
             // Checksummed by its own trailer.
             super::words::write_to(generation, w)?;
@@ -278,7 +293,14 @@ impl WindowedFilter {
         let expected = (HEADER_LEN + CHECKSUM_LEN) as u64 + template.slots.div_ceil(64) * 8;
         let mut read = head.len() as u64;
         let mut generations = Vec::new();
-        for _ in 0..=header.generations {
+        let mut written = Vec::new();
+        let ring = u64::from(header.generations) + 1;
+        // The epoch the clock is in; `None` for a count window (whose clock is the file).
+        let now = match header.window {
+            Window::Time(_) => Some(clock.now_millis() / header.period),
+            Window::Count(_) => None,
+        };
+        for i in 0..ring {
             let mut len = [0u8; 8];
             let got = read_up_to(r, &mut len)?;
             read += got as u64;
@@ -289,14 +311,31 @@ impl WindowedFilter {
                 });
             }
             sum.update(&len);
-            if u64::from_le_bytes(len) != expected {
+            let len = u64::from_le_bytes(len);
+            if len == 0 {
+                generations.push(BloomFilter::from_parts(template.clone(), None));
+                written.push(false);
+                continue;
+            }
+            if len != expected {
                 return Err(DecodeError::Inconsistent(
                     "a generation's length does not match the container's settings",
                 ));
             }
+            // The newest epoch this generation held, if any: it leaves the window once
+            // N more epochs began.
+            let back = (state.0 % ring + ring - i) % ring;
+            let expired = back > state.0
+                || now.is_some_and(|now| (state.0 - back).saturating_add(ring - 1) <= now);
             // Read as it arrives, and checked by its own trailer.
             let mut file = (&mut *r).take(expected);
-            generations.push(BloomFilter::read_from(&mut file)?);
+            if expired {
+                super::words::check_plain_file(&mut file)?;
+                generations.push(BloomFilter::from_parts(template.clone(), None));
+            } else {
+                generations.push(BloomFilter::read_from(&mut file)?);
+            }
+            written.push(!expired);
             read += expected;
         }
         let mut trailer = [0u8; CHECKSUM_LEN];
@@ -314,6 +353,6 @@ impl WindowedFilter {
         if read_up_to(r, &mut [0u8; 1])? != 0 {
             return Err(DecodeError::TrailingBytes { extra: 1 });
         }
-        header.filter(state, generations, clock)
+        header.filter(state, generations, written, clock)
     }
 }

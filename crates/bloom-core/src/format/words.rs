@@ -113,18 +113,35 @@ fn read_from<F: WordBody, R: Read + ?Sized>(r: &mut R) -> Result<F, DecodeError>
     let mut header_bytes = [0u8; HEADER_LEN];
     let got = read_up_to(r, &mut header_bytes)?;
     let header = WordsHeader::decode(&header_bytes[..got], F::KIND, F::SLOTS_PER_WORD)?;
-    let words = read_body(r, &header_bytes, header.num_words, file_len(&header))?;
+    let words = read_body(r, &header_bytes, header.num_words, file_len(&header), true)?;
     check_tail::<F>(&header, &words)?;
     Ok(F::from_body(header.parts, words))
 }
 
+/// Reads one plain filter's file from `r`, which must end right after it, and checks its
+/// header, length and checksum without keeping its bits (a windowed file's expired
+/// generations).
+pub(crate) fn check_plain_file<R: Read + ?Sized>(r: &mut R) -> Result<(), DecodeError> {
+    let mut header_bytes = [0u8; HEADER_LEN];
+    let got = read_up_to(r, &mut header_bytes)?;
+    let header = WordsHeader::decode(
+        &header_bytes[..got],
+        BloomFilter::KIND,
+        BloomFilter::SLOTS_PER_WORD,
+    )?;
+    read_body(r, &header_bytes, header.num_words, file_len(&header), false)?;
+    Ok(())
+}
+
 /// The `num_words` words after `header_bytes` (already read from `r`), then the checksum of
-/// both, and nothing after it; `needed` is the whole file's length, for the errors.
+/// both, and nothing after it; `needed` is the whole file's length, for the errors. With
+/// `keep` false the words are checked, not kept (the result is empty).
 pub(crate) fn read_body<R: Read + ?Sized>(
     r: &mut R,
     header_bytes: &[u8; HEADER_LEN],
     num_words: u64,
     needed: u64,
+    keep: bool,
 ) -> Result<Vec<u64>, DecodeError> {
     let mut digest = digest();
     digest.update(header_bytes);
@@ -138,7 +155,11 @@ pub(crate) fn read_body<R: Read + ?Sized>(
             let available = needed - remaining - CHECKSUM_LEN as u64 + got as u64;
             return Err(DecodeError::Truncated { needed, available });
         }
-        digest_words(&mut digest, &chunk[..got], &mut words);
+        if keep {
+            digest_words(&mut digest, &chunk[..got], &mut words);
+        } else {
+            digest.update(&chunk[..got]);
+        }
         remaining -= got as u64;
     }
     let mut trailer = [0u8; CHECKSUM_LEN];

@@ -203,6 +203,7 @@ impl WindowedBuilder {
             },
             filters,
             None,
+            None,
         ))
     }
 }

@@ -86,12 +86,15 @@ impl WindowedFilter {
 
     /// Assembles a filter from validated parts; `state` is `(epoch, inserts)` from a file,
     /// or `None` for a new, empty filter.
+    ///
+    /// `written` says, per generation, whether it may hold keys (a file's generations
+    /// stored with their bits); `None`: none does (a new filter).
     pub(crate) fn from_parts(
         parts: Parts,
         generations: Vec<BloomFilter>,
         state: Option<(u64, u64)>,
+        written: Option<Vec<bool>>,
     ) -> Self {
-        let loaded_state = state.is_some();
         let (epoch, inserts) = state.unwrap_or_else(|| {
             let epoch = match parts.window {
                 Window::Time(_) => parts.clock.now_millis() / parts.period,
@@ -99,13 +102,15 @@ impl WindowedFilter {
             };
             (epoch, 0)
         });
-        // A new filter's generations are empty (and untouched: no scan faults their pages
-        // in); one read from a file is written unless all zero.
-        let loaded = loaded_state;
-        let written = generations
-            .iter()
-            .map(|g| AtomicU64::new(u64::from(loaded && g.count_ones() > 0)))
-            .collect();
+        // Generations not written are empty and untouched: no scan or clear faults their
+        // pages in.
+        let written = match written {
+            Some(written) => written
+                .into_iter()
+                .map(|w| AtomicU64::new(u64::from(w)))
+                .collect(),
+            None => generations.iter().map(|_| AtomicU64::new(0)).collect(),
+        };
         let filter = Self {
             written,
             generations: generations.into_boxed_slice(),
@@ -114,9 +119,10 @@ impl WindowedFilter {
             rotation: Mutex::new(()),
             parts,
         };
-        // A file saved a while ago: drop the generations that expired since.
+        // A file saved a while ago: drop the generations that expired since. Nothing else
+        // holds the filter yet, so a generation not written holds no bit and is left as it is.
         if let Window::Time(_) = filter.parts.window {
-            filter.advance_to(filter.clock_epoch());
+            filter.rotate(filter.clock_epoch(), false);
         }
         filter
     }
@@ -366,6 +372,12 @@ impl WindowedFilter {
     /// clears the generation that just left the window (the next one to be filled). A jump of
     /// a whole ring or more clears every generation. Lookups never wait for it.
     pub(crate) fn advance_to(&self, target: u64) {
+        self.rotate(target, true);
+    }
+
+    /// [`advance_to`](Self::advance_to); `clear_unwritten: false` skips clearing the
+    /// generations whose `written` flag is 0, for a filter no other thread can see yet.
+    fn rotate(&self, target: u64, clear_unwritten: bool) {
         let _rotating = self
             .rotation
             .lock()
@@ -376,8 +388,9 @@ impl WindowedFilter {
             self.epoch.store(target, Ordering::SeqCst);
             fence(Ordering::SeqCst);
             for (generation, written) in self.generations.iter().zip(&self.written) {
-                written.store(0, Ordering::SeqCst);
-                generation.clear();
+                if written.swap(0, Ordering::SeqCst) != 0 || clear_unwritten {
+                    generation.clear();
+                }
             }
             return;
         }
@@ -387,8 +400,11 @@ impl WindowedFilter {
             self.epoch.store(epoch, Ordering::SeqCst);
             fence(Ordering::SeqCst);
             // The new spare: the generation of `epoch − N`, now out of every lookup's window.
-            self.written[((epoch + 1) % self.ring()) as usize].store(0, Ordering::SeqCst);
-            self.generation(epoch + 1).clear();
+            let was_written =
+                self.written[((epoch + 1) % self.ring()) as usize].swap(0, Ordering::SeqCst) != 0;
+            if was_written || clear_unwritten {
+                self.generation(epoch + 1).clear();
+            }
         }
     }
 
@@ -538,6 +554,12 @@ impl WindowedFilter {
     /// Every generation, in ring order, for the file format.
     pub(crate) fn ring_generations(&self) -> &[BloomFilter] {
         &self.generations
+    }
+
+    /// Whether the generation at ring index `i` may hold keys (the file format stores only
+    /// those).
+    pub(crate) fn ring_written(&self, i: usize) -> bool {
+        self.written[i].load(Ordering::Acquire) != 0
     }
 
     pub(crate) fn parts(&self) -> &Parts {
