@@ -621,6 +621,30 @@ impl BloomFilter {
         Ok(())
     }
 
+    /// An empty filter of the same shape (bits, hashes, layout, capacity, rate) under a new
+    /// random hash key, without sizing it again (sizing a Blocked filter searches its model):
+    /// for making many filters of one size.
+    ///
+    /// ```
+    /// use bloom_core::BloomFilter;
+    ///
+    /// let template = BloomFilter::new(1_000, 0.01)?;
+    /// let f = template.fresh()?;
+    /// assert_eq!((f.num_bits(), f.num_hashes()), (template.num_bits(), template.num_hashes()));
+    /// assert_ne!(f.seed(), template.seed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn fresh(&self) -> Result<Self, BuildError> {
+        let mut parts = self.parts();
+        parts.hasher = KeyHasher::random().map_err(BuildError::Random)?;
+        Ok(Self::from_parts(parts, None))
+    }
+
+    /// An empty filter of the same shape and hash key.
+    pub(crate) fn empty_like(&self) -> Self {
+        Self::from_parts(self.parts(), None)
+    }
+
     /// Clears every bit. Inserts racing with `clear` may be lost: clear only a filter
     /// nobody is inserting into.
     ///

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use bloom_core::{AnyFilter, BloomFilter};
 use bloom_redis::RedisFilterStore;
-use bloom_tower::filter_set::{ENTRY_OVERHEAD_BYTES, FilterSet, FilterStore, StoreError};
+use bloom_tower::filter_set::{FilterSet, FilterStore, StoreError, counted_bytes};
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 
@@ -72,8 +72,7 @@ async fn a_filter_set_evicts_through_redis_and_loses_nothing() -> TestResult {
     };
     // What one user's filter counts against the budget (names are at most 2 bytes): the
     // budget holds two of them, not three.
-    let filter = AnyFilter::from(BloomFilter::new(1000, 0.01)?).size_in_bytes();
-    let per_filter = filter + ENTRY_OVERHEAD_BYTES + 2;
+    let per_filter = counted_bytes(&AnyFilter::from(BloomFilter::new(1000, 0.01)?)) + 2;
     let budget = 2 * per_filter + per_filter / 2;
     let items = |user: u64| (0..10).map(move |i| format!("user-{user}-item-{i}"));
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 use bloom_core::windowed::{ManualClock, Window, WindowedFilter};
 use bloom_core::{AnyFilter, BloomFilter};
 use bloom_tower::filter_set::{
-    DirectoryStore, ENTRY_OVERHEAD_BYTES, FilterSet, FilterSetError, FilterStore, StoreError,
+    DirectoryStore, FilterSet, FilterSetError, FilterStore, StoreError, counted_bytes,
 };
 use proptest::prelude::*;
 
@@ -55,7 +55,7 @@ fn plain_for(user: &u64) -> AnyFilter {
 }
 
 fn plain_bytes() -> usize {
-    plain_for(&0).size_in_bytes() + ENTRY_OVERHEAD_BYTES
+    counted_bytes(&plain_for(&0))
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -119,7 +119,7 @@ fn same_answers(ops: &[Op], windowed: bool) -> Result<(), TestCaseError> {
             .false_positive_rate(0.05)
             .build()
             .unwrap();
-        probe.size_in_bytes() + ENTRY_OVERHEAD_BYTES
+        counted_bytes(&AnyFilter::from(probe))
     } else {
         plain_bytes()
     };

@@ -408,6 +408,32 @@ impl WindowedFilter {
         }
     }
 
+    /// An empty filter of the same shape (window, generations, sizes, clock) under a new
+    /// random hash key, without sizing it again: for making many filters of one size (one
+    /// per user).
+    ///
+    /// ```
+    /// use bloom_core::windowed::{Window, WindowedFilter};
+    ///
+    /// let template = WindowedFilter::builder(Window::Count(100)).expected_items(100).false_positive_rate(0.01).build()?;
+    /// let f = template.fresh()?;
+    /// assert_eq!((f.size_in_bytes(), f.window()), (template.size_in_bytes(), template.window()));
+    /// assert_ne!(f.seed(), template.seed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn fresh(&self) -> Result<Self, crate::BuildError> {
+        let template = self.generations[0].fresh()?;
+        let generations = (0..self.generations.len())
+            .map(|_| template.empty_like())
+            .collect();
+        Ok(Self::from_parts(
+            self.parts.clone(),
+            generations,
+            None,
+            None,
+        ))
+    }
+
     /// A builder set up like this filter (window, keys per window, rate, generations, layout,
     /// clock) but for the hash key, which is new unless set: for an empty filter of the same
     /// shape, or a larger one.

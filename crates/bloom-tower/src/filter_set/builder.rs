@@ -103,10 +103,9 @@ where
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn plain(self, items: u64, fpr: f64) -> Result<Self, BuildError> {
-        BloomFilter::new(items, fpr)?;
-        Ok(self.new_filter(move |_| {
-            AnyFilter::from(BloomFilter::new(items, fpr).expect("the parameters were checked"))
-        }))
+        // Sized once; each key's filter is an empty copy under its own hash key.
+        let template = BloomFilter::new(items, fpr)?;
+        Ok(self.new_filter(move |_| AnyFilter::from(fresh(template.fresh()))))
     }
 
     /// Every key's filter is a windowed filter built by `builder` (each with its own random
@@ -125,14 +124,9 @@ where
     pub fn windowed(self, builder: WindowedBuilder) -> Result<Self, BuildError> {
         let template = builder.build()?;
         let clock = template.clock().clone();
-        Ok(self.clock(clock).new_filter(move |_| {
-            AnyFilter::Windowed(
-                template
-                    .to_builder()
-                    .build()
-                    .expect("the template's parameters build"),
-            )
-        }))
+        Ok(self
+            .clock(clock)
+            .new_filter(move |_| AnyFilter::Windowed(fresh(template.fresh()))))
     }
 
     /// The clock stored windowed filters are read on, so that they know what expired while
@@ -206,4 +200,9 @@ where
             self.decode,
         )
     }
+}
+
+/// A fresh filter; its only failure is the operating system's random source.
+fn fresh<F>(filter: Result<F, BuildError>) -> F {
+    filter.expect("the operating system's random source failed")
 }

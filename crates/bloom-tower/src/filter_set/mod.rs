@@ -48,8 +48,8 @@
 //!   (`a_cancelled_load_releases_its_waiters`, `concurrent_users_of_an_evicted_key_load_it_once`).
 //! * **The budget.** A load that would take the bytes in memory over
 //!   [`budget_bytes`](FilterSetBuilder::budget_bytes) first evicts the least recently used
-//!   filters (an LRU order over all keys). Bytes are the filter's plus an estimate of the
-//!   table's overhead ([`ENTRY_OVERHEAD_BYTES`]); loads in flight count theirs. When the
+//!   filters (an LRU order over all keys). A filter counts its bits and an upper bound of the
+//!   heap it and its place in the set take ([`counted_bytes`]); loads in flight count theirs. When the
 //!   store fails, the filter stays in memory and the set runs over budget
 //!   ([`FilterSetStats::store_errors`]) rather than lose it.
 //! * **Durability.** A write is in memory when it returns. It is in the store once the
@@ -85,6 +85,6 @@ mod store;
 pub use builder::FilterSetBuilder;
 pub use directory::DirectoryStore;
 pub use error::FilterSetError;
-pub use set::{ENTRY_OVERHEAD_BYTES, FilterSet};
+pub use set::{FilterSet, counted_bytes};
 pub use stats::FilterSetStats;
 pub use store::{FilterStore, StoreError};

@@ -17,9 +17,33 @@ use super::store::FilterStore;
 pub(crate) type NewFilter<K> = Arc<dyn Fn(&K) -> AnyFilter + Send + Sync>;
 pub(crate) type Decode = Arc<dyn Fn(&[u8]) -> Result<AnyFilter, DecodeError> + Send + Sync>;
 
-/// What an entry counts against the budget beyond its filter's bits: the entry, its place in
-/// the table and the LRU list, and the filter's own structures. An estimate.
-pub const ENTRY_OVERHEAD_BYTES: usize = 512;
+/// What an entry takes beyond its filters' bits: the entry, its place in the table and the
+/// LRU list.
+const ENTRY_OVERHEAD_BYTES: usize = 256;
+/// What each plain filter inside a filter takes beyond its bits (a windowed filter holds
+/// `generations + 1`).
+const SUB_FILTER_OVERHEAD_BYTES: usize = 256;
+
+/// The bytes a filter counts against a [`FilterSet`]'s budget (plus its key's name): its bits,
+/// and an upper bound of the heap its structures and its place in the set take (guarded by
+/// `tests/filter_set_memory.rs` `the_budget_counts_at_least_the_real_heap_of_its_filters`).
+/// Counted when the filter is created or loaded.
+///
+/// ```
+/// use bloom_core::{AnyFilter, BloomFilter};
+/// use bloom_tower::filter_set::counted_bytes;
+///
+/// let f = AnyFilter::from(BloomFilter::new(1_000, 0.01)?);
+/// assert!(counted_bytes(&f) > f.size_in_bytes());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn counted_bytes(filter: &AnyFilter) -> usize {
+    let sub_filters = match filter.as_windowed() {
+        Some(w) => w.generations() as usize + 1,
+        None => 1,
+    };
+    filter.size_in_bytes() + ENTRY_OVERHEAD_BYTES + SUB_FILTER_OVERHEAD_BYTES * sub_filters
+}
 
 /// One small filter per key (user, tenant, feed) under one memory budget, the least recently
 /// used evicted to a [`FilterStore`] and loaded again on their next use. See the
@@ -404,7 +428,7 @@ where
             }
             Ok(None) => return Ok(None),
         };
-        let bytes = filter.size_in_bytes() + ENTRY_OVERHEAD_BYTES + name.len();
+        let bytes = counted_bytes(&filter) + name.len();
         guard.reserve(bytes);
         self.make_room().await;
         let entry = Arc::new(Entry::new(filter, bytes));
