@@ -172,23 +172,33 @@ async fn a_killed_feed_service_loses_no_item_it_acknowledged() {
         // Everything acknowledged before this start is still there.
         let before: Vec<(u64, u64)> = acked.lock().unwrap().clone();
         let client = reqwest::Client::new();
+        let mut checks = tokio::task::JoinSet::new();
+        for chunk in before.chunks(before.len().div_ceil(8).max(1)) {
+            let (client, base, chunk) = (client.clone(), base.clone(), chunk.to_vec());
+            checks.spawn(async move {
+                let mut lost = Vec::new();
+                for (user, item) in chunk {
+                    let r = client
+                        .get(format!("{base}/seen/{user}/{item}"))
+                        .send()
+                        .await
+                        .unwrap();
+                    let status = r.status();
+                    let body = r.text().await.unwrap();
+                    assert_eq!(status, 200, "/seen/{user}/{item}: {body}");
+                    let seen: serde_json::Value = serde_json::from_str(&body).unwrap();
+                    if seen["seen"] != true {
+                        lost.push((user, item));
+                    }
+                }
+                lost
+            });
+        }
         let mut lost = Vec::new();
-        for &(user, item) in &before {
-            let r = client
-                .get(format!("{base}/seen/{user}/{item}"))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(
-                r.status(),
-                200,
-                "round {round}: {}\n{}",
-                r.text().await.unwrap(),
-                feed.log()
-            );
-            let seen: serde_json::Value = r.json().await.unwrap();
-            if seen["seen"] != true {
-                lost.push((user, item));
+        while let Some(chunk) = checks.join_next().await {
+            match chunk {
+                Ok(chunk) => lost.extend(chunk),
+                Err(e) => panic!("round {round}: {e}\n{}", feed.log()),
             }
         }
         assert!(

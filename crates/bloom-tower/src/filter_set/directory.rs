@@ -5,8 +5,8 @@
 //! `[A-Za-z0-9_-]` of the name are written `%XX`. A store writes a temporary file (mode 0600,
 //! random name, in the same directory), optionally `fsync`s it, renames it over the old file
 //! and optionally `fsync`s the directory: a reader sees the old file or the new one, never a
-//! part (guarded by `tests/filter_set_process.rs`
-//! `a_killed_feed_service_loses_no_item_it_acknowledged`).
+//! part (guarded by `tests/filter_set_kill.rs`
+//! `a_store_killed_midway_leaves_the_old_or_the_new_filter`).
 
 use std::fs::{self, File};
 use std::io::{self, Write};

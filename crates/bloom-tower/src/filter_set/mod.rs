@@ -57,7 +57,8 @@
 //!   [`flush_key`](FilterSet::flush_key) that started after it returned `Ok`. Stores
 //!   replace a filter atomically, so a process killed at any moment, in the middle of a
 //!   store too, leaves every key's filter as its last completed store: nothing it
-//!   acknowledged after a flush is lost (`tests/filter_set_process.rs`
+//!   acknowledged after a flush is lost (`tests/filter_set_kill.rs`; the feed example
+//!   under `kill -9`: the workspace's `tests/feed.rs`
 //!   `a_killed_feed_service_loses_no_item_it_acknowledged`). Run `flush` on a timer and at
 //!   shutdown; call `flush_key` before acknowledging a write that must survive a crash.
 //! * **Bad stored bytes are an error, not a fresh filter**: a key whose stored filter is

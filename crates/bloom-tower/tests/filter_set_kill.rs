@@ -1,0 +1,73 @@
+//! `DirectoryStore` replaces a filter atomically: a process `kill -9`ed in the middle of
+//! storing leaves the old filter or the new one, never a part. The test runs itself as a
+//! child process that stores 8 MiB filters in a loop, kills it at a random moment (a store is
+//! under way most of the time), and reads what is left; five times.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use bloom_core::{AnyFilter, BloomFilter};
+use bloom_tower::filter_set::{DirectoryStore, FilterStore};
+
+const CHILD: &str = "BLOOM_FILTER_SET_STORING_CHILD";
+
+/// In the child: stores two different 8 MiB filters under one name, in turn, forever.
+fn store_forever(dir: &str) -> ! {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = DirectoryStore::new(dir).unwrap().sync(false);
+    let filters: Vec<Vec<u8>> = (0..2u64)
+        .map(|i| {
+            let f = BloomFilter::new(7_000_000, 0.01).unwrap();
+            f.insert(&i);
+            f.to_bytes()
+        })
+        .collect();
+    runtime.block_on(async {
+        for i in 0.. {
+            store.store("user-1", filters[i % 2].clone()).await.unwrap();
+            if i == 0 {
+                println!("stored");
+            }
+        }
+    });
+    unreachable!()
+}
+
+#[test]
+fn a_store_killed_midway_leaves_the_old_or_the_new_filter() {
+    if let Ok(dir) = std::env::var(CHILD) {
+        store_forever(&dir);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = fastrand::Rng::with_seed(11);
+    for round in 0..5 {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "a_store_killed_midway_leaves_the_old_or_the_new_filter",
+                "--nocapture",
+            ])
+            .env(CHILD, dir.path())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(rng.u64(400..900)));
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        let store = DirectoryStore::new(dir.path()).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let bytes = runtime
+            .block_on(store.load("user-1"))
+            .unwrap()
+            .unwrap_or_else(|| panic!("round {round}: nothing stored in time"));
+        let filter = AnyFilter::from_bytes(&bytes)
+            .unwrap_or_else(|e| panic!("round {round}: a torn filter after kill -9: {e}"));
+        assert!(filter.contains(&0u64) || filter.contains(&1u64));
+    }
+}
