@@ -12,7 +12,7 @@
 //! Two requests of one user run one after the other (a striped lock per user): a check and
 //! the insert that follows it are one step, so two tabs cannot both be shown an item.
 //!
-//! [`simulate`] drives the service over TCP with a simulated clock: a million users of whom
+//! [`simulate()`] drives the service over TCP with a simulated clock: a million users of whom
 //! 10 % are active each day, over two weeks, and checks every answer against an exact record
 //! of what each user was shown. `--durable` stores the user's filter before each response
 //! ([`FilterSet::flush_key`](bloom_tower::filter_set::FilterSet::flush_key)), so a killed
