@@ -381,6 +381,9 @@ fn each_rejection_logs_a_debug_event_without_the_key_unless_asked() {
         let events = std::sync::Arc::new(Events::default());
         let (mut service, _handle) = spawn(guard);
         tracing::subscriber::with_default(std::sync::Arc::clone(&events), || {
+            // A callsite first hit by another test's thread, with no subscriber, is cached as
+            // uninteresting; ask again now that this thread has one.
+            tracing::callsite::rebuild_interest_cache();
             drop(service.call(get(&uri)));
         });
         std::sync::Arc::into_inner(events)
