@@ -3,11 +3,12 @@
 use std::path::Path;
 
 use anyhow::{Context, Result, anyhow};
-use bloom_core::format::peek;
+use bloom_core::format::{FilterKind, peek};
 use bloom_core::{AnyFilter, BloomFilter, Snapshot, SnapshotLabel, WindowedFilter};
 
 use crate::input::io_msg;
 use crate::output::AtomicFile;
+use crate::window_state::WindowState;
 
 /// A filter read from a file, with what the file said about itself.
 pub struct Loaded {
@@ -30,8 +31,18 @@ pub fn load(path: &Path) -> Result<Loaded> {
         return Err(anyhow!("{name}: is a directory, not a filter file"));
     }
     let bytes = std::fs::read(path).map_err(|e| anyhow!("{name}: cannot read: {}", io_msg(&e)))?;
-    let snapshot = Snapshot::read_from(&mut bytes.as_slice()).with_context(|| name.to_string())?;
     let info = peek(&bytes).with_context(|| name.to_string())?;
+    if info.kind == FilterKind::Windowed && info.label_len.is_none() {
+        // Maybe a manifest, whose generations are files beside it (`dedup --window --state`).
+        let state = WindowState::load(path, clock()?)?;
+        return Ok(Loaded {
+            file_len: bytes.len() as u64 + state.generation_bytes(path),
+            filter: AnyFilter::Windowed(state.filter),
+            version: info.version,
+            label: None,
+        });
+    }
+    let snapshot = Snapshot::read_from(&mut bytes.as_slice()).with_context(|| name.to_string())?;
     // A windowed filter answers as of now: read it again on the clock `NOW_VARIABLE` may fix.
     let filter = match snapshot.filter {
         AnyFilter::Windowed(_) if std::env::var_os(NOW_VARIABLE).is_some() => {
@@ -120,23 +131,18 @@ pub fn load_plain(path: &Path, using: PlainUse) -> Result<BloomFilter> {
     }
 }
 
-/// Reads a windowed filter file on `clock`, for `dedup --window --state`: any other kind is
-/// an error that says so.
+/// Reads a file that is not a bare windowed filter's (`WindowState::load` reads those) on
+/// `clock`, for `dedup --window --state`: a service's labelled windowed snapshot; any other
+/// kind is an error that says so.
 pub fn load_windowed(
     path: &Path,
     clock: std::sync::Arc<dyn bloom_core::windowed::Clock>,
 ) -> Result<WindowedFilter> {
     let name = path.display();
-    // A bare windowed file (what `dedup` writes) is parsed once, on `clock`.
-    let bytes = std::fs::read(path).map_err(|e| anyhow!("{name}: cannot read: {}", io_msg(&e)))?;
-    if let Ok(info) = peek(&bytes) {
-        if info.kind == bloom_core::format::FilterKind::Windowed && info.label_len.is_none() {
-            return WindowedFilter::read_from_with_clock(&mut bytes.as_slice(), clock)
-                .with_context(|| name.to_string());
-        }
-    }
     match load(path)?.filter {
         AnyFilter::Windowed(_) => {
+            let bytes =
+                std::fs::read(path).map_err(|e| anyhow!("{name}: cannot read: {}", io_msg(&e)))?;
             let start = peek(&bytes).ok().and_then(|i| i.label_len).unwrap_or(0) as usize;
             WindowedFilter::read_from_with_clock(&mut &bytes[start..], clock)
                 .with_context(|| name.to_string())

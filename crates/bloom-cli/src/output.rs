@@ -81,19 +81,37 @@ impl AtomicFile {
     /// Writes the content with `write` into a temporary file, flushes and fsyncs it, and
     /// renames it over the target. On error the temporary file is removed.
     pub fn commit(self, write: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> Result<()> {
+        let path = self.path.clone();
+        self.commit_as(write, |()| path)
+    }
+
+    /// [`commit`](Self::commit) to a path chosen from what `write` returned (a file named
+    /// after its checksum), in the same directory; returns that value.
+    pub fn commit_as<T>(
+        self,
+        write: impl FnOnce(&mut dyn Write) -> io::Result<T>,
+        path_of: impl FnOnce(&T) -> PathBuf,
+    ) -> Result<T> {
         let temp = self.temp()?;
         let name = self.path.display().to_string();
         let failed = |e: io::Error| anyhow!("{name}: write failed: {}", io_msg(&e));
-        {
+        let written = {
             let mut w = BufWriter::with_capacity(WRITE_BUFFER, temp.as_file());
-            write(&mut w).map_err(failed)?;
+            let written = write(&mut w).map_err(failed)?;
             w.flush().map_err(failed)?;
-        }
+            written
+        };
         temp.as_file().sync_all().map_err(failed)?;
-        temp.persist(&self.path)
-            .map_err(|e| anyhow!("{name}: cannot replace: {}", io_msg(&e.error)))?;
+        let path = path_of(&written);
+        temp.persist(&path)
+            .map_err(|e| anyhow!("{}: cannot replace: {}", path.display(), io_msg(&e.error)))?;
         sync_dir(&self.dir);
-        Ok(())
+        Ok(written)
+    }
+
+    /// The directory the file is written in.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 }
 

@@ -2243,6 +2243,8 @@ fn a_killed_windowed_dedup_keeps_the_previous_state() {
     ];
     assert!(run(dir.path(), &args, "a\nb\n").status.success());
     let before = fs::read(dir.path().join("seen.bloom")).unwrap();
+    let files = listing(dir.path());
+    assert_eq!(files.len(), 2, "the manifest and one generation: {files:?}");
     let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("bloom"))
         .current_dir(dir.path())
         .args(args)
@@ -2257,5 +2259,213 @@ fn a_killed_windowed_dedup_keeps_the_previous_state() {
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     assert_eq!(fs::read(dir.path().join("seen.bloom")).unwrap(), before);
-    assert_eq!(listing(dir.path()), ["seen.bloom"]);
+    assert_eq!(listing(dir.path()), files);
+}
+
+/// Runs `command` with `input` on its standard input.
+fn with_stdin(mut command: std::process::Command, input: &str) -> Output {
+    use std::io::Write as _;
+    use std::process::Stdio;
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// A run killed at each step of its save (`BLOOM_TEST_CRASH_AT`: after a generation file,
+/// before the manifest, after it) leaves a state that finds every line of every completed
+/// run; the next completed run removes what the killed one left.
+#[test]
+fn a_windowed_dedup_killed_at_each_step_of_a_save_loses_nothing() {
+    let dir = TempDir::new().unwrap();
+    let (t0, hour) = (1_700_000_000_000u64, 3_600_000u64);
+    let dedup = |ms: u64, crash_at: &str| {
+        let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("bloom"));
+        c.current_dir(dir.path())
+            .env("BLOOM_NOW_UNIX_MS", ms.to_string())
+            .env("BLOOM_TEST_CRASH_AT", crash_at)
+            .args(["dedup", "--window", "24h", "-n", "10k", "-p", "0.001"])
+            .args(["--state", "seen.bloom"]);
+        c
+    };
+    let lines = |tag: &str| (0..200).map(|j| format!("{tag}-{j}\n")).collect::<String>();
+    let mut remembered = String::new();
+    let steps = ["generation-written", "before-manifest", "manifest-written"];
+    for (i, step) in steps.iter().enumerate() {
+        // The killed run replaces the newest generation's file, then starts a new one.
+        for (k, later) in [0, 8].into_iter().enumerate() {
+            let now = t0 + (2 * i as u64 + k as u64) * hour;
+            let o = with_stdin(dedup(now, ""), &lines(&format!("ok-{i}-{k}")));
+            assert!(o.status.success(), "{}", stderr(&o));
+            remembered += &lines(&format!("ok-{i}-{k}"));
+            let o = with_stdin(
+                dedup(now + later * hour, step),
+                &lines(&format!("killed-{i}-{k}")),
+            );
+            assert_eq!(o.status.code(), None, "{step}: the run was not killed");
+            let check = bloom()
+                .current_dir(dir.path())
+                .env("BLOOM_NOW_UNIX_MS", now.to_string())
+                .args(["check", "seen.bloom"])
+                .write_stdin(remembered.clone())
+                .output()
+                .unwrap();
+            let answers = stdout(&check);
+            let forgotten = answers.lines().filter(|l| l.starts_with("absent")).count();
+            assert!(
+                stderr(&check).is_empty() && forgotten == 0,
+                "killed at {step}: {forgotten} forgotten; {}",
+                stderr(&check)
+            );
+        }
+    }
+    let o = with_stdin(dedup(t0 + 12 * hour, ""), "last\n");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let files = listing(dir.path());
+    assert!(
+        files[0] == "seen.bloom"
+            && files.len() <= 5
+            && files[1..].iter().all(|f| f.starts_with("seen.bloom.g")),
+        "{files:?}"
+    );
+}
+
+/// The state is a manifest and one file per generation (`window_state.rs`): a run killed
+/// with SIGKILL at any point of its save (a few milliseconds apart, from the moment its
+/// first temporary file appears, and later) leaves a state that loads and finds every line of every
+/// run that completed; a completed run leaves no file it does not name.
+#[test]
+fn a_windowed_dedup_killed_while_saving_loses_no_completed_run() {
+    use std::io::Write as _;
+    use std::time::{Duration, Instant};
+    let dir = TempDir::new().unwrap();
+    let (t0, hour) = (1_700_000_000_000u64, 3_600_000u64);
+    // 10M lines per window at 0.1 %: 7 MB a generation, so a save takes a while.
+    let dedup = |ms: u64| {
+        let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("bloom"));
+        c.current_dir(dir.path())
+            .env("BLOOM_NOW_UNIX_MS", ms.to_string())
+            .args(["dedup", "--window", "24h", "-n", "10M", "-p", "0.001"])
+            .args(["--state", "seen.bloom"]);
+        c
+    };
+    let lines = |run: u64| {
+        (0..500)
+            .map(|j| format!("run{run}-{j}\n"))
+            .collect::<String>()
+    };
+    // The completed runs: when, and what.
+    let mut remembered = Vec::new();
+    // Three generations, 8 h apart.
+    for run in 0..3 {
+        let o = with_stdin(dedup(t0 + run * 8 * hour), &lines(run));
+        assert!(o.status.success(), "{}", stderr(&o));
+        remembered.push((t0 + run * 8 * hour, lines(run)));
+    }
+    let (mut killed, mut completed) = (0, 0);
+    for round in 0..12u64 {
+        // 30 minutes apart from 20 h: the runs from 24 h on start a new generation.
+        let now = t0 + 20 * hour + round * hour / 2;
+        // A completed run first, so that the killed one replaces a generation file the
+        // manifest names (the newest).
+        let o = with_stdin(dedup(now), &lines(200 + round));
+        assert!(o.status.success(), "{}", stderr(&o));
+        remembered.push((now, lines(200 + round)));
+        let before: HashSet<String> = listing(dir.path()).into_iter().collect();
+        let mut child = dedup(now)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(lines(100 + round).as_bytes())
+            .unwrap(); // and closed: the run saves
+        // Even rounds: killed the moment a generation file it wrote appears (between that
+        // file and the manifest). Odd rounds: some time after it starts writing one.
+        let trigger = |name: &String| {
+            !before.contains(name)
+                && if round % 2 == 0 {
+                    name.starts_with("seen.bloom.g")
+                } else {
+                    name.ends_with(".tmp")
+                        && fs::metadata(dir.path().join(name)).is_ok_and(|m| m.len() > 0)
+                }
+        };
+        let start = Instant::now();
+        while !listing(dir.path()).iter().any(trigger)
+            && start.elapsed() < Duration::from_secs(20)
+            && child.try_wait().unwrap().is_none()
+        {}
+        if round % 2 == 1 {
+            std::thread::sleep(Duration::from_millis(
+                [0, 3, 10, 30, 100, 1000][round as usize / 2],
+            ));
+        }
+        child.kill().unwrap(); // SIGKILL, unless it already exited
+        if child.wait().unwrap().success() {
+            completed += 1;
+            remembered.push((now, lines(100 + round)));
+        } else {
+            killed += 1;
+        }
+        let check = bloom()
+            .current_dir(dir.path())
+            .env("BLOOM_NOW_UNIX_MS", now.to_string())
+            .args(["check", "seen.bloom"])
+            // What the window guarantees: every line seen in the last 24 h.
+            .write_stdin(
+                remembered
+                    .iter()
+                    .filter(|(at, _)| now - at < 24 * hour)
+                    .map(|(_, lines)| lines.as_str())
+                    .collect::<String>(),
+            )
+            .output()
+            .unwrap();
+        assert!(check.status.code().is_some(), "{}", stderr(&check));
+        let answers = stdout(&check);
+        let forgotten: Vec<&str> = answers
+            .lines()
+            .filter(|l| l.starts_with("absent"))
+            .collect();
+        assert!(
+            stderr(&check).is_empty() && forgotten.is_empty(),
+            "round {round}: {} forgotten, e.g. {:?}; {}",
+            forgotten.len(),
+            forgotten.first(),
+            stderr(&check)
+        );
+    }
+    println!("{killed} runs killed while saving, {completed} completed");
+    assert!(
+        killed >= 4,
+        "only {killed} of 12 kills landed before the run ended"
+    );
+    assert!(
+        completed >= 1,
+        "every run was killed: the state never changed"
+    );
+    // A completed run leaves the manifest and the files it names, nothing else.
+    let o = with_stdin(dedup(t0 + 27 * hour), "last\n");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let files = listing(dir.path());
+    assert!(
+        files[0] == "seen.bloom"
+            && files.len() <= 5
+            && files[1..].iter().all(|f| f.starts_with("seen.bloom.g")),
+        "{files:?}"
+    );
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bloom_core::windowed::{ManualClock, Window, WindowedFilter};
+use bloom_core::windowed::{GenerationFile, ManualClock, SystemClock, Window, WindowedFilter};
 use bloom_core::{AnyFilter, BloomFilter, DecodeError};
 
 const NON_MEMBER: u64 = 1 << 63;
@@ -107,7 +107,8 @@ fn the_false_positive_rate_stays_at_p_over_a_hundred_rotations() {
 
 /// Two threads insert keys, each recording the clock it read before the insert; two check
 /// every key whose insert has returned and whose recorded time is less than W before the
-/// lookup began; a fifth turns the clock a quarter period at a time through a hundred
+/// clock read after the lookup (read before, a lookup delayed past a turn of the clock could
+/// rightly miss a key that had just left the window); a fifth turns the clock a quarter period at a time through a hundred
 /// rotations. No such lookup may answer "absent".
 #[test]
 fn no_false_negative_inside_the_window_while_the_clock_turns() {
@@ -158,10 +159,12 @@ fn no_false_negative_inside_the_window_while_the_clock_turns() {
                 let mut key = c;
                 while !stop.load(Ordering::Relaxed) {
                     let recorded = inserted[key].load(Ordering::Acquire);
+                    let found = f.contains(&(key as u64));
+                    // The clock read after the lookup: the lookup ran no later than this.
                     let now = clock.now();
                     if recorded != 0 && now < recorded - 1 + WINDOW_MS {
                         checked += 1;
-                        missed += u64::from(!f.contains(&(key as u64)));
+                        missed += u64::from(!found);
                     }
                     key = (key + 2) % KEYS;
                 }
@@ -315,6 +318,133 @@ fn every_truncation_and_bit_flip_is_refused() {
         WindowedFilter::from_bytes(&longer),
         Err(DecodeError::TrailingBytes { extra: 1 })
     ));
+}
+
+/// A filter as a manifest and one file per generation holding keys, in memory.
+fn split(f: &WindowedFilter) -> (Vec<u8>, Vec<(GenerationFile, Vec<u8>)>) {
+    let mut files = Vec::new();
+    for epoch in f.epochs_with_keys() {
+        let mut bytes = Vec::new();
+        let named = f.write_generation_to(epoch, &mut bytes).unwrap();
+        files.push((named, bytes));
+    }
+    let mut manifest = Vec::new();
+    let named: Vec<GenerationFile> = files.iter().map(|(f, _)| *f).collect();
+    f.write_split_to(&mut manifest, &named).unwrap();
+    (manifest, files)
+}
+
+/// Reads a manifest whose generation files are `files`.
+fn read_split(
+    manifest: &[u8],
+    files: &[(GenerationFile, Vec<u8>)],
+) -> Result<(WindowedFilter, Vec<GenerationFile>), DecodeError> {
+    WindowedFilter::read_split_with_clock(&mut &manifest[..], Arc::new(SystemClock), |wanted| {
+        match files.iter().find(|(f, _)| f == wanted) {
+            Some((_, bytes)) => Ok(bytes.as_slice()),
+            None => Err(std::io::Error::from(std::io::ErrorKind::NotFound)),
+        }
+    })
+}
+
+const GOLDEN_MANIFEST: &[u8] = include_bytes!("data/golden-v1-windowed-manifest.bloom");
+
+/// The golden filter split: the manifest and its generation files are the format too.
+#[test]
+fn golden_v1_windowed_manifest_still_loads() {
+    let (manifest, files) = split(&golden_filter());
+    assert_eq!(manifest, GOLDEN_MANIFEST, "the manifest's bytes changed");
+    assert_eq!(files.len(), 3);
+    for (named, bytes) in &files {
+        let name = named.file_name("golden-v1-windowed-manifest.bloom".as_ref());
+        let path = format!(
+            "{}/tests/data/{}",
+            env!("CARGO_MANIFEST_DIR"),
+            name.to_string_lossy()
+        );
+        assert_eq!(&std::fs::read(&path).unwrap(), bytes, "{path}");
+    }
+    let (loaded, read) = read_split(GOLDEN_MANIFEST, &files).unwrap();
+    assert_eq!(read.len(), 3);
+    assert_eq!((loaded.inserts(), loaded.epoch()), (400, 2));
+    assert!((100..400).all(|i| loaded.contains(&format!("url-{i}"))));
+    assert_eq!(
+        loaded.to_bytes(),
+        GOLDEN,
+        "the same filter as the single file"
+    );
+}
+
+/// Every truncation and bit flip of a manifest is refused, and so is a generation file
+/// that is not the one it names, or one missing; the single-file reader refuses a
+/// manifest rather than read its checksums as generations.
+#[test]
+fn a_damaged_manifest_or_a_wrong_generation_file_is_refused() {
+    let (manifest, files) = split(&golden_filter());
+    for len in 0..manifest.len() {
+        assert!(read_split(&manifest[..len], &files).is_err(), "len {len}");
+    }
+    for bit in 0..manifest.len() * 8 {
+        let mut flipped = manifest.clone();
+        flipped[bit / 8] ^= 1 << (bit % 8);
+        assert!(read_split(&flipped, &files).is_err(), "bit {bit}");
+    }
+    // Each file given another generation's bytes (same size, settings and hash key).
+    for i in 0..files.len() {
+        let mut swapped = files.clone();
+        swapped[i].1 = files[(i + 1) % files.len()].1.clone();
+        assert!(matches!(
+            read_split(&manifest, &swapped),
+            Err(DecodeError::Inconsistent(_))
+        ));
+        let mut missing = files.clone();
+        missing.remove(i);
+        assert!(matches!(
+            read_split(&manifest, &missing),
+            Err(DecodeError::Io(_))
+        ));
+    }
+    assert!(WindowedFilter::from_bytes(&manifest).is_err());
+    assert!(AnyFilter::from_bytes(&manifest).is_err());
+}
+
+/// A manifest read after some generations expired opens only the others: a crawler's
+/// day-old state costs the generations still inside the window.
+#[test]
+fn a_manifest_opens_only_the_generations_inside_the_window() {
+    let hour = Duration::from_secs(3_600);
+    let clock = Arc::new(ManualClock::new(1_000_000 * 3_600_000));
+    let f = WindowedFilter::builder(Window::Time(3 * hour))
+        .expected_items(3_000)
+        .false_positive_rate(0.01)
+        .generations(4) // T = 1 h
+        .seed(9)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    for h in 0..4u64 {
+        f.insert(&format!("hour-{h}"));
+        clock.advance(hour);
+    }
+    clock.set(clock.now() - 1);
+    let (manifest, files) = split(&f);
+    assert_eq!(files.len(), 4);
+    clock.advance(2 * hour);
+    let mut opened = Vec::new();
+    let (loaded, read) =
+        WindowedFilter::read_split_with_clock(&mut manifest.as_slice(), clock, |wanted| {
+            opened.push(wanted.epoch);
+            let (_, bytes) = files.iter().find(|(f, _)| f == wanted).unwrap();
+            Ok(bytes.as_slice())
+        })
+        .unwrap();
+    let newest = files[0].0.epoch;
+    opened.sort_unstable();
+    assert_eq!(opened, [newest - 1, newest]);
+    assert_eq!(read.len(), 2);
+    assert!(loaded.contains("hour-3") && loaded.contains("hour-2"));
+    assert!(!loaded.contains("hour-0") && !loaded.contains("hour-1"));
+    assert_eq!(loaded.epochs_with_keys(), [newest, newest - 1]);
 }
 
 /// A crawler saves its state, stops, and starts again later: what is still inside the

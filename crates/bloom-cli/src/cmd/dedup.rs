@@ -20,6 +20,7 @@ use crate::cmd::{STDOUT_BUFFER, raw_stdout, stdout_failed};
 use crate::filter_file::PlainUse;
 use crate::input::{Batch, Lines, stdin_reader};
 use crate::output::AtomicFile;
+use crate::window_state::WindowState;
 
 /// De-duplicate lines: copy each line of standard input to standard output the first time it
 /// is (probably) seen.
@@ -42,7 +43,8 @@ it is older than W + W/(G-1) (G = --generations, default 4); --items is then the
 per window. BLOOM_NOW_UNIX_MS fixes the time (milliseconds since the Unix epoch), to replay
 a log as of its time. With --state the window is kept across runs: a crawler restarted every hour
 still drops what it fetched in the last day, and lines that expired while it was stopped
-pass again.
+pass again. The state is then FILE and one file per generation beside it (FILE.g<epoch>-<crc>):
+a run rewrites only the generations it wrote to, and removes the files FILE no longer names.
 
 --state FILE: if FILE exists, it is loaded and must have been created with the same --items,
 --fpr and --layout (and --seed, if one is given; --window and --generations if given): a
@@ -252,11 +254,11 @@ fn run_windowed(args: &Args, window: Window) -> Result<()> {
     let setup = Instant::now();
     let clock = crate::filter_file::clock()?;
     let state_out = args.state.as_deref().map(AtomicFile::create).transpose()?;
-    let filter = match &args.state {
+    let state = match &args.state {
         Some(path) if path.exists() => {
-            let filter = crate::filter_file::load_windowed(path, clock)?;
-            check_windowed_state(&filter, args, window, &path.display().to_string())?;
-            filter
+            let state = WindowState::load(path, clock)?;
+            check_windowed_state(&state.filter, args, window, &path.display().to_string())?;
+            state
         }
         _ => {
             let mut builder = WindowedFilter::builder(window)
@@ -268,9 +270,10 @@ fn run_windowed(args: &Args, window: Window) -> Result<()> {
             if let Some(seed) = args.seed {
                 builder = builder.seed(seed);
             }
-            builder.build().context("cannot size the filter")?
+            WindowState::new(builder.build().context("cannot size the filter")?)
         }
     };
+    let filter = &state.filter;
     let setup = setup.elapsed();
 
     let start = Instant::now();
@@ -280,8 +283,8 @@ fn run_windowed(args: &Args, window: Window) -> Result<()> {
     let streamed = start.elapsed();
 
     let saved = Instant::now();
-    if let Some(file) = state_out {
-        file.commit(|w| filter.write_to(w))?;
+    if let (Some(file), Some(path)) = (state_out, &args.state) {
+        state.save(file, path)?;
     }
     let saved = saved.elapsed();
     if args.stats {

@@ -7,7 +7,8 @@
 //! * `checksum.rs`: the one CRC-32C, which ends every container;
 //! * the containers: `words.rs` (a plain or counting filter's words), `stages.rs` (a
 //!   scalable filter's list of stages), `cuckoo.rs` (a cuckoo filter's packed buckets),
-//!   `windowed.rs` (a windowed filter's ring of generations) and `label.rs` (a snapshot's label in front of a
+//!   `windowed.rs` (a windowed filter's ring of generations; `windowed_split.rs` the same as a
+//!   manifest and one file per generation) and `label.rs` (a snapshot's label in front of a
 //!   filter of any kind, [`SNAPSHOT_MAGIC`]);
 //! * `any.rs`: reading a file of whichever kind; `peek.rs`: what a file is, from its first
 //!   bytes ([`peek()`]); `read.rs`: filling a buffer from a reader that may return less.
@@ -36,6 +37,7 @@ mod stages;
 #[cfg(test)]
 mod tests;
 mod windowed;
+pub(crate) mod windowed_split;
 mod words;
 
 pub use error::DecodeError;

@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use super::checksum::{CHECKSUM_LEN, digest};
 use super::header::{FilterKind, HEADER_LEN, KIND_OFFSET, decode_kind, encode, fields};
+use super::windowed_split::GenerationFile;
 use super::{DecodeError, read_up_to};
 use crate::builder::Parts as Parts0;
 use crate::windowed::{
@@ -24,8 +25,13 @@ use crate::{BloomFilter, Layout, WindowedFilter};
 const STATE_LEN: usize = 16;
 /// Bit 8 of the first field: a count window (else a time window, in milliseconds).
 const COUNT_WINDOW: u32 = 1 << 8;
+/// Bit 9 of the first field: a manifest, whose generations are stored in files of their own
+/// (`windowed_split.rs`).
+const SPLIT: u32 = 1 << 9;
 
-struct WindowedHeader {
+pub(super) struct WindowedHeader {
+    /// A manifest: each generation is its length and its file's checksum, not its file.
+    pub(super) split: bool,
     layout: Layout,
     generations: u32,
     window: Window,
@@ -36,9 +42,10 @@ struct WindowedHeader {
 }
 
 impl WindowedHeader {
-    fn of(filter: &WindowedFilter) -> Self {
+    pub(super) fn of(filter: &WindowedFilter, split: bool) -> Self {
         let parts = filter.parts();
         Self {
+            split,
             layout: filter.layout(),
             generations: filter.generations(),
             window: parts.window,
@@ -49,11 +56,12 @@ impl WindowedHeader {
         }
     }
 
-    fn encode(&self) -> [u8; HEADER_LEN] {
+    pub(super) fn encode(&self) -> [u8; HEADER_LEN] {
         let (kind_bit, length) = match self.window {
             Window::Time(d) => (0, d.as_millis() as u64),
             Window::Count(n) => (COUNT_WINDOW, n),
         };
+        let kind_bit = kind_bit | if self.split { SPLIT } else { 0 };
         encode(
             FilterKind::Windowed,
             self.layout.to_byte(),
@@ -75,7 +83,7 @@ impl WindowedHeader {
             .ok_or(DecodeError::UnknownLayout { found: layout_byte })?;
         let (first, length, seed, expected_items, fpr, period) = fields(bytes);
         let generations = first & 0xFF;
-        if first & !(0xFF | COUNT_WINDOW) != 0
+        if first & !(0xFF | COUNT_WINDOW | SPLIT) != 0
             || !(MIN_GENERATIONS..=MAX_GENERATIONS).contains(&generations)
         {
             return Err(DecodeError::Inconsistent(
@@ -99,6 +107,7 @@ impl WindowedHeader {
             ));
         }
         Ok(Self {
+            split: first & SPLIT != 0,
             layout,
             generations,
             window,
@@ -207,7 +216,7 @@ impl WindowedFilter {
             sum.update(bytes);
             w.write_all(bytes)
         };
-        put(w, &WindowedHeader::of(self).encode())?;
+        put(w, &WindowedHeader::of(self, false).encode())?;
         put(w, &self.epoch().to_le_bytes())?;
         put(w, &self.inserts().to_le_bytes())?;
         for (i, generation) in self.ring_generations().iter().enumerate() {
@@ -271,62 +280,99 @@ impl WindowedFilter {
         r: &mut R,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, DecodeError> {
-        let mut head = [0u8; HEADER_LEN + STATE_LEN];
-        let got = read_up_to(r, &mut head)?;
-        let header = WindowedHeader::decode(&head[..got])?;
-        if got < head.len() {
+        read_windowed(r, clock, &mut |_| {
+            Err(DecodeError::Inconsistent(
+                "a manifest: its generations are in files of their own (read it by its path)",
+            ))
+        })
+        .map(|(filter, _)| filter)
+    }
+}
+
+/// Reads a windowed filter's file, or a manifest whose generations `open` reads (given the
+/// file the manifest names, it returns that generation; it is called only for generations
+/// still inside the window). Also returns the files of the generations kept.
+pub(super) fn read_windowed<R: Read + ?Sized>(
+    r: &mut R,
+    clock: Arc<dyn Clock>,
+    open: &mut dyn FnMut(GenerationFile) -> Result<BloomFilter, DecodeError>,
+) -> Result<(WindowedFilter, Vec<GenerationFile>), DecodeError> {
+    let mut head = [0u8; HEADER_LEN + STATE_LEN];
+    let got = read_up_to(r, &mut head)?;
+    let header = WindowedHeader::decode(&head[..got])?;
+    if got < head.len() {
+        return Err(DecodeError::Truncated {
+            needed: head.len() as u64,
+            available: got as u64,
+        });
+    }
+    let mut sum = digest();
+    sum.update(&head);
+    let state = (
+        u64::from_le_bytes(head[HEADER_LEN..HEADER_LEN + 8].try_into().unwrap()),
+        u64::from_le_bytes(head[HEADER_LEN + 8..].try_into().unwrap()),
+    );
+    // Every generation's file is exactly as long as the template's, and is read as it
+    // arrives: a header claiming huge generations cannot make this allocate more than
+    // the input holds.
+    let template = header.template()?;
+    let expected = (HEADER_LEN + CHECKSUM_LEN) as u64 + template.slots.div_ceil(64) * 8;
+    let mut read = head.len() as u64;
+    let mut generations = Vec::new();
+    let mut written = Vec::new();
+    let mut files = Vec::new();
+    let ring = u64::from(header.generations) + 1;
+    // The epoch the clock is in; `None` for a count window (whose clock is the file).
+    let now = match header.window {
+        Window::Time(_) => Some(clock.now_millis() / header.period),
+        Window::Count(_) => None,
+    };
+    let mut fixed = |r: &mut R, bytes: &mut [u8], read: &mut u64| -> Result<(), DecodeError> {
+        let got = read_up_to(r, bytes)?;
+        *read += got as u64;
+        if got < bytes.len() {
             return Err(DecodeError::Truncated {
-                needed: head.len() as u64,
-                available: got as u64,
+                needed: *read + 1,
+                available: *read,
             });
         }
-        let mut sum = digest();
-        sum.update(&head);
-        let state = (
-            u64::from_le_bytes(head[HEADER_LEN..HEADER_LEN + 8].try_into().unwrap()),
-            u64::from_le_bytes(head[HEADER_LEN + 8..].try_into().unwrap()),
-        );
-        // Every generation's file is exactly as long as the template's, and is read as it
-        // arrives: a header claiming huge generations cannot make this allocate more than
-        // the input holds.
-        let template = header.template()?;
-        let expected = (HEADER_LEN + CHECKSUM_LEN) as u64 + template.slots.div_ceil(64) * 8;
-        let mut read = head.len() as u64;
-        let mut generations = Vec::new();
-        let mut written = Vec::new();
-        let ring = u64::from(header.generations) + 1;
-        // The epoch the clock is in; `None` for a count window (whose clock is the file).
-        let now = match header.window {
-            Window::Time(_) => Some(clock.now_millis() / header.period),
-            Window::Count(_) => None,
-        };
-        for i in 0..ring {
-            let mut len = [0u8; 8];
-            let got = read_up_to(r, &mut len)?;
-            read += got as u64;
-            if got < len.len() {
-                return Err(DecodeError::Truncated {
-                    needed: read + 1,
-                    available: read,
-                });
-            }
-            sum.update(&len);
-            let len = u64::from_le_bytes(len);
-            if len == 0 {
+        sum.update(bytes);
+        Ok(())
+    };
+    for i in 0..ring {
+        let mut len = [0u8; 8];
+        fixed(r, &mut len, &mut read)?;
+        let len = u64::from_le_bytes(len);
+        if len == 0 {
+            generations.push(BloomFilter::from_parts(template.clone(), None));
+            written.push(false);
+            continue;
+        }
+        if len != expected {
+            return Err(DecodeError::Inconsistent(
+                "a generation's length does not match the container's settings",
+            ));
+        }
+        // The newest epoch this generation held, if any: it leaves the window once
+        // N more epochs began.
+        let back = (state.0 % ring + ring - i) % ring;
+        let expired = back > state.0
+            || now.is_some_and(|now| (state.0 - back).saturating_add(ring - 1) <= now);
+        if header.split {
+            let mut checksum = [0u8; CHECKSUM_LEN];
+            fixed(r, &mut checksum, &mut read)?;
+            if expired {
+                // Not opened: its file is removed at the next save.
                 generations.push(BloomFilter::from_parts(template.clone(), None));
-                written.push(false);
-                continue;
+            } else {
+                let file = GenerationFile {
+                    epoch: state.0 - back,
+                    checksum: u32::from_le_bytes(checksum),
+                };
+                generations.push(open(file)?);
+                files.push(file);
             }
-            if len != expected {
-                return Err(DecodeError::Inconsistent(
-                    "a generation's length does not match the container's settings",
-                ));
-            }
-            // The newest epoch this generation held, if any: it leaves the window once
-            // N more epochs began.
-            let back = (state.0 % ring + ring - i) % ring;
-            let expired = back > state.0
-                || now.is_some_and(|now| (state.0 - back).saturating_add(ring - 1) <= now);
+        } else {
             // Read as it arrives, and checked by its own trailer.
             let mut file = (&mut *r).take(expected);
             if expired {
@@ -335,24 +381,25 @@ impl WindowedFilter {
             } else {
                 generations.push(BloomFilter::read_from(&mut file)?);
             }
-            written.push(!expired);
             read += expected;
         }
-        let mut trailer = [0u8; CHECKSUM_LEN];
-        let got = read_up_to(r, &mut trailer)?;
-        if got < CHECKSUM_LEN {
-            return Err(DecodeError::Truncated {
-                needed: read + CHECKSUM_LEN as u64,
-                available: read + got as u64,
-            });
-        }
-        let (stored, computed) = (u32::from_le_bytes(trailer), sum.finalize());
-        if stored != computed {
-            return Err(DecodeError::ChecksumMismatch { stored, computed });
-        }
-        if read_up_to(r, &mut [0u8; 1])? != 0 {
-            return Err(DecodeError::TrailingBytes { extra: 1 });
-        }
-        header.filter(state, generations, written, clock)
+        written.push(!expired);
     }
+    let mut trailer = [0u8; CHECKSUM_LEN];
+    let got = read_up_to(r, &mut trailer)?;
+    if got < CHECKSUM_LEN {
+        return Err(DecodeError::Truncated {
+            needed: read + CHECKSUM_LEN as u64,
+            available: read + got as u64,
+        });
+    }
+    let (stored, computed) = (u32::from_le_bytes(trailer), sum.finalize());
+    if stored != computed {
+        return Err(DecodeError::ChecksumMismatch { stored, computed });
+    }
+    if read_up_to(r, &mut [0u8; 1])? != 0 {
+        return Err(DecodeError::TrailingBytes { extra: 1 });
+    }
+    let filter = header.filter(state, generations, written, clock)?;
+    Ok((filter, files))
 }

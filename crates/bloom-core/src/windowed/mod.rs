@@ -8,7 +8,9 @@
 //! | `builder.rs` | [`WindowedBuilder`], [`Window`]: sizing from the window, keys per window and rate |
 //! | `clock.rs`   | [`Clock`], [`SystemClock`], [`ManualClock`]                          |
 //!
-//! The file format (kind 4) is in `format/windowed.rs` and `docs/FORMAT.md`.
+//! The file format (kind 4) is in `format/windowed.rs` and `docs/FORMAT.md`; a state saved
+//! as a manifest and one file per generation ([`GenerationFile`]), so that a save rewrites
+//! only the generations written since, in `format/windowed_split.rs`.
 //!
 //! # What it guarantees
 //!
@@ -65,6 +67,7 @@ mod builder;
 mod clock;
 mod filter;
 
+pub use crate::format::windowed_split::GenerationFile;
 pub use builder::{MAX_GENERATIONS, MIN_GENERATIONS, Window, WindowedBuilder};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use filter::WindowedFilter;
