@@ -1,5 +1,7 @@
 //! Loading and saving filter files (the format of `docs/FORMAT.md`).
 
+use std::fs::File;
+use std::io::{self, BufReader, Read};
 use std::path::Path;
 
 use anyhow::{Context, Result, anyhow};
@@ -30,25 +32,35 @@ pub fn load(path: &Path) -> Result<Loaded> {
     if path.is_dir() {
         return Err(anyhow!("{name}: is a directory, not a filter file"));
     }
-    let bytes = std::fs::read(path).map_err(|e| anyhow!("{name}: cannot read: {}", io_msg(&e)))?;
-    let info = peek(&bytes).with_context(|| name.to_string())?;
+    let cannot_read = |e: io::Error| anyhow!("{name}: cannot read: {}", io_msg(&e));
+    // The start (enough for `peek`, a label included), then the rest as it is decoded: the
+    // file is never held in memory besides the filter.
+    let mut file = File::open(path).map_err(cannot_read)?;
+    let file_len = file.metadata().map_err(cannot_read)?.len();
+    let mut head = Vec::new();
+    (&mut file)
+        .take(PEEK_LEN)
+        .read_to_end(&mut head)
+        .map_err(cannot_read)?;
+    let info = peek(&head).with_context(|| name.to_string())?;
     if info.kind == FilterKind::Windowed && info.label_len.is_none() {
         // Maybe a manifest, whose generations are files beside it (`dedup --window --state`).
         let state = WindowState::load(path, clock()?)?;
         return Ok(Loaded {
-            file_len: bytes.len() as u64 + state.generation_bytes(path),
+            file_len: file_len + state.generation_bytes(path),
             filter: AnyFilter::Windowed(state.filter),
             version: info.version,
             label: None,
         });
     }
-    let snapshot = Snapshot::read_from(&mut bytes.as_slice()).with_context(|| name.to_string())?;
+    let mut rest = BufReader::with_capacity(READ_BUFFER, file);
+    let snapshot = Snapshot::read_from(&mut head.as_slice().chain(&mut rest))
+        .with_context(|| name.to_string())?;
     // A windowed filter answers as of now: read it again on the clock `NOW_VARIABLE` may fix.
     let filter = match snapshot.filter {
         AnyFilter::Windowed(_) if std::env::var_os(NOW_VARIABLE).is_some() => {
-            let start = snapshot.label.as_ref().map_or(0, |_| {
-                peek(&bytes).ok().and_then(|i| i.label_len).unwrap_or(0) as usize
-            });
+            let bytes = std::fs::read(path).map_err(cannot_read)?;
+            let start = info.label_len.unwrap_or(0) as usize;
             AnyFilter::Windowed(
                 WindowedFilter::read_from_with_clock(&mut &bytes[start..], clock()?)
                     .with_context(|| name.to_string())?,
@@ -59,10 +71,15 @@ pub fn load(path: &Path) -> Result<Loaded> {
     Ok(Loaded {
         filter,
         version: info.version,
-        file_len: bytes.len() as u64,
+        file_len,
         label: snapshot.label,
     })
 }
+
+/// Bytes read before [`peek`]: a header behind the longest label a snapshot may have.
+const PEEK_LEN: u64 = (1 << 20) + 4096;
+/// Read buffer for the rest of a file.
+const READ_BUFFER: usize = 64 * 1024;
 
 /// The environment variable that fixes "now" for windowed filters, in milliseconds since
 /// the Unix epoch: to replay a log as of its time, and for tests.
