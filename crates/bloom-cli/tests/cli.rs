@@ -2263,13 +2263,24 @@ fn a_killed_windowed_dedup_keeps_the_previous_state() {
 }
 
 /// Runs `command` with `input` on its standard input.
-fn with_stdin(mut command: std::process::Command, input: &str) -> Output {
+fn with_stdin(command: std::process::Command, input: &str) -> Output {
+    spawn_with_stdin(command, input, std::process::Stdio::piped)
+        .wait_with_output()
+        .unwrap()
+}
+
+/// Starts `command` with `input` on its standard input, then closed; its stdout and stderr
+/// are `output()`.
+fn spawn_with_stdin(
+    mut command: std::process::Command,
+    input: &str,
+    output: impl Fn() -> std::process::Stdio,
+) -> std::process::Child {
     use std::io::Write as _;
-    use std::process::Stdio;
     let mut child = command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdin(std::process::Stdio::piped())
+        .stdout(output())
+        .stderr(output())
         .spawn()
         .unwrap();
     child
@@ -2278,7 +2289,7 @@ fn with_stdin(mut command: std::process::Command, input: &str) -> Output {
         .unwrap()
         .write_all(input.as_bytes())
         .unwrap();
-    child.wait_with_output().unwrap()
+    child
 }
 
 /// A run killed at each step of its save (`BLOOM_TEST_CRASH_AT`: after a generation file,
@@ -2312,25 +2323,42 @@ fn a_windowed_dedup_killed_at_each_step_of_a_save_loses_nothing() {
                 &lines(&format!("killed-{i}-{k}")),
             );
             assert_eq!(o.status.code(), None, "{step}: the run was not killed");
-            let check = bloom()
-                .current_dir(dir.path())
-                .env("BLOOM_NOW_UNIX_MS", now.to_string())
-                .args(["check", "seen.bloom"])
-                .write_stdin(remembered.clone())
-                .output()
-                .unwrap();
-            let answers = stdout(&check);
-            let forgotten = answers.lines().filter(|l| l.starts_with("absent")).count();
-            assert!(
-                stderr(&check).is_empty() && forgotten == 0,
-                "killed at {step}: {forgotten} forgotten; {}",
-                stderr(&check)
-            );
+            assert_state_holds(dir.path(), now, &remembered, &format!("killed at {step}"));
         }
     }
     let o = with_stdin(dedup(t0 + 12 * hour, ""), "last\n");
     assert!(o.status.success(), "{}", stderr(&o));
-    let files = listing(dir.path());
+    assert_only_the_state_files(dir.path());
+}
+
+/// Asserts that, as of `now`, the state `seen.bloom` in `dir` loads and holds every line of
+/// `lines`.
+fn assert_state_holds(dir: &Path, now: u64, lines: &str, when: &str) {
+    let check = bloom()
+        .current_dir(dir)
+        .env("BLOOM_NOW_UNIX_MS", now.to_string())
+        .args(["check", "seen.bloom"])
+        .write_stdin(lines.to_owned())
+        .output()
+        .unwrap();
+    let answers = stdout(&check);
+    let forgotten: Vec<&str> = answers
+        .lines()
+        .filter(|l| l.starts_with("absent"))
+        .collect();
+    assert!(
+        stderr(&check).is_empty() && forgotten.is_empty(),
+        "{when}: {} forgotten, e.g. {:?}; {}",
+        forgotten.len(),
+        forgotten.first(),
+        stderr(&check)
+    );
+}
+
+/// Asserts that `dir` holds the state `seen.bloom` and the generation files it may name
+/// (at most 4), nothing else: what a completed run leaves.
+fn assert_only_the_state_files(dir: &Path) {
+    let files = listing(dir);
     assert!(
         files[0] == "seen.bloom"
             && files.len() <= 5
@@ -2345,7 +2373,6 @@ fn a_windowed_dedup_killed_at_each_step_of_a_save_loses_nothing() {
 /// run that completed; a completed run leaves no file it does not name.
 #[test]
 fn a_windowed_dedup_killed_while_saving_loses_no_completed_run() {
-    use std::io::Write as _;
     use std::time::{Duration, Instant};
     let dir = TempDir::new().unwrap();
     let (t0, hour) = (1_700_000_000_000u64, 3_600_000u64);
@@ -2381,18 +2408,9 @@ fn a_windowed_dedup_killed_while_saving_loses_no_completed_run() {
         assert!(o.status.success(), "{}", stderr(&o));
         remembered.push((now, lines(200 + round)));
         let before: HashSet<String> = listing(dir.path()).into_iter().collect();
-        let mut child = dedup(now)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(lines(100 + round).as_bytes())
-            .unwrap(); // and closed: the run saves
+        // Its input closed at once: the run saves.
+        let mut child =
+            spawn_with_stdin(dedup(now), &lines(100 + round), std::process::Stdio::null);
         // Even rounds: killed the moment a generation file it wrote appears (between that
         // file and the manifest). Odd rounds: some time after it starts writing one.
         let trigger = |name: &String| {
@@ -2421,33 +2439,13 @@ fn a_windowed_dedup_killed_while_saving_loses_no_completed_run() {
         } else {
             killed += 1;
         }
-        let check = bloom()
-            .current_dir(dir.path())
-            .env("BLOOM_NOW_UNIX_MS", now.to_string())
-            .args(["check", "seen.bloom"])
-            // What the window guarantees: every line seen in the last 24 h.
-            .write_stdin(
-                remembered
-                    .iter()
-                    .filter(|(at, _)| now - at < 24 * hour)
-                    .map(|(_, lines)| lines.as_str())
-                    .collect::<String>(),
-            )
-            .output()
-            .unwrap();
-        assert!(check.status.code().is_some(), "{}", stderr(&check));
-        let answers = stdout(&check);
-        let forgotten: Vec<&str> = answers
-            .lines()
-            .filter(|l| l.starts_with("absent"))
+        // What the window guarantees: every line seen in the last 24 h.
+        let recent: String = remembered
+            .iter()
+            .filter(|(at, _)| now - at < 24 * hour)
+            .map(|(_, lines)| lines.as_str())
             .collect();
-        assert!(
-            stderr(&check).is_empty() && forgotten.is_empty(),
-            "round {round}: {} forgotten, e.g. {:?}; {}",
-            forgotten.len(),
-            forgotten.first(),
-            stderr(&check)
-        );
+        assert_state_holds(dir.path(), now, &recent, &format!("round {round}"));
     }
     println!("{killed} runs killed while saving, {completed} completed");
     assert!(
@@ -2461,11 +2459,5 @@ fn a_windowed_dedup_killed_while_saving_loses_no_completed_run() {
     // A completed run leaves the manifest and the files it names, nothing else.
     let o = with_stdin(dedup(t0 + 27 * hour), "last\n");
     assert!(o.status.success(), "{}", stderr(&o));
-    let files = listing(dir.path());
-    assert!(
-        files[0] == "seen.bloom"
-            && files.len() <= 5
-            && files[1..].iter().all(|f| f.starts_with("seen.bloom.g")),
-        "{files:?}"
-    );
+    assert_only_the_state_files(dir.path());
 }

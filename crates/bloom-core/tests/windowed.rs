@@ -247,13 +247,10 @@ fn a_file_that_stores_every_generation_still_loads() {
     assert!(GOLDEN.len() < GOLDEN_EVERY_GENERATION.len());
 }
 
-/// Generations with no key are stored as a length of 0; a time-window file read after some
-/// of its generations expired builds only the others, and still refuses a flipped bit in
-/// the expired ones.
-#[test]
-fn only_generations_with_keys_are_stored_and_expired_ones_are_still_checked() {
-    let clock = Arc::new(ManualClock::new(1_000_000 * 3_600_000));
+/// A filter of a 3 h window in 4 generations of 1 h, on a manual clock on the hour.
+fn three_hour_window() -> (Arc<ManualClock>, WindowedFilter) {
     let hour = Duration::from_secs(3_600);
+    let clock = Arc::new(ManualClock::new(1_000_000 * 3_600_000));
     let f = WindowedFilter::builder(Window::Time(3 * hour))
         .expected_items(3_000)
         .false_positive_rate(0.01)
@@ -262,6 +259,16 @@ fn only_generations_with_keys_are_stored_and_expired_ones_are_still_checked() {
         .clock(clock.clone())
         .build()
         .unwrap();
+    (clock, f)
+}
+
+/// Generations with no key are stored as a length of 0; a time-window file read after some
+/// of its generations expired builds only the others, and still refuses a flipped bit in
+/// the expired ones.
+#[test]
+fn only_generations_with_keys_are_stored_and_expired_ones_are_still_checked() {
+    let (clock, f) = three_hour_window();
+    let hour = Duration::from_secs(3_600);
     let empty_len = f.to_bytes().len();
     for h in 0..4u64 {
         f.insert(&format!("hour-{h}"));
@@ -412,16 +419,8 @@ fn a_damaged_manifest_or_a_wrong_generation_file_is_refused() {
 /// day-old state costs the generations still inside the window.
 #[test]
 fn a_manifest_opens_only_the_generations_inside_the_window() {
+    let (clock, f) = three_hour_window();
     let hour = Duration::from_secs(3_600);
-    let clock = Arc::new(ManualClock::new(1_000_000 * 3_600_000));
-    let f = WindowedFilter::builder(Window::Time(3 * hour))
-        .expected_items(3_000)
-        .false_positive_rate(0.01)
-        .generations(4) // T = 1 h
-        .seed(9)
-        .clock(clock.clone())
-        .build()
-        .unwrap();
     for h in 0..4u64 {
         f.insert(&format!("hour-{h}"));
         clock.advance(hour);
