@@ -8,7 +8,8 @@
 //! part (guarded by `tests/filter_set_kill.rs`
 //! `a_store_killed_midway_leaves_the_old_or_the_new_filter`).
 
-use std::fs::{self, File};
+use crate::shared_filter::snapshot::sync_dir;
+use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
@@ -154,18 +155,6 @@ fn write_atomically(path: &Path, bytes: &[u8], sync: bool) -> io::Result<()> {
     if sync {
         sync_dir(dir)?;
     }
-    Ok(())
-}
-
-#[cfg(unix)]
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
-}
-
-/// Elsewhere a directory cannot be opened to fsync it; the rename's durability is left to
-/// the file system.
-#[cfg(not(unix))]
-fn sync_dir(_dir: &Path) -> io::Result<()> {
     Ok(())
 }
 

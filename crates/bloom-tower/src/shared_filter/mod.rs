@@ -116,7 +116,7 @@ mod remote;
 mod remove;
 mod saturation;
 mod shared;
-mod snapshot;
+pub(crate) mod snapshot;
 mod start;
 pub(crate) mod stats;
 

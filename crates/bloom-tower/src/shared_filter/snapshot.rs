@@ -397,14 +397,16 @@ fn write_atomically(path: &Path, label: &SnapshotLabel, generation: &Generation)
     sync_dir(dir)
 }
 
+/// Makes a rename in `dir` durable (fsyncs the directory); also `FilterSet`'s
+/// `DirectoryStore`.
 #[cfg(unix)]
-fn sync_dir(dir: &Path) -> io::Result<()> {
+pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
 /// Elsewhere a directory cannot be opened to fsync it; the rename's durability is left to
 /// the file system.
 #[cfg(not(unix))]
-fn sync_dir(_dir: &Path) -> io::Result<()> {
+pub(crate) fn sync_dir(_dir: &Path) -> io::Result<()> {
     Ok(())
 }
