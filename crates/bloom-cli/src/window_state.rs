@@ -8,8 +8,7 @@
 //! the window.
 //!
 //! Rules of a save, so that a crash at any point leaves a state that loads with every
-//! line of the last completed run (`tests/cli.rs`
-//! `a_windowed_dedup_killed_while_saving_loses_no_completed_run`):
+//! line of the last completed run:
 //! 1. each new generation file is written to a temporary file, fsynced, and renamed to its
 //!    name (which the old manifest never uses: its checksum differs, or its bytes are the
 //!    same);
@@ -17,8 +16,10 @@
 //! 3. only then are the generation files the new manifest does not name removed, with the
 //!    temporary files a killed run left.
 //!
-//! `a_windowed_dedup_killed_at_each_step_of_a_save_loses_nothing` kills a run at each
-//! step (`BLOOM_TEST_CRASH_AT`); the timed-kill test above lands kills anywhere.
+//! Tests (`tests/cli.rs`): `a_windowed_dedup_killed_at_each_step_of_a_save_loses_nothing`
+//! kills a run at each step (`BLOOM_TEST_CRASH_AT`);
+//! `a_windowed_dedup_killed_while_saving_loses_no_completed_run` lands `kill -9` at moments
+//! of the save seen from outside.
 //!
 //! One run at a time per state: a second run saving the same state concurrently may
 //! have its temporary files removed (it then fails, and its state is not saved).

@@ -2331,6 +2331,43 @@ fn a_windowed_dedup_killed_at_each_step_of_a_save_loses_nothing() {
     assert_only_the_state_files(dir.path());
 }
 
+/// A generation file that is missing or damaged is an error naming it; the run reads no
+/// input and leaves the state as it was.
+#[test]
+fn a_missing_or_corrupt_generation_file_is_an_error_naming_it() {
+    let dir = TempDir::new().unwrap();
+    let args = [
+        "dedup",
+        "--window",
+        "24h",
+        "-n",
+        "1k",
+        "-p",
+        "0.01",
+        "--state",
+        "seen.bloom",
+    ];
+    assert!(run(dir.path(), &args, "a\n").status.success());
+    let generation = listing(dir.path()).pop().unwrap();
+    assert!(generation.starts_with("seen.bloom.g"), "{generation}");
+    let path = dir.path().join(&generation);
+    let bytes = fs::read(&path).unwrap();
+    let manifest = fs::read(dir.path().join("seen.bloom")).unwrap();
+
+    fs::remove_file(&path).unwrap();
+    let o = run(dir.path(), &args, "b\n");
+    assert_error(&o, &["seen.bloom", &generation, "No such file"]);
+    assert_eq!(stdout(&o), "");
+
+    let mut damaged = bytes.clone();
+    damaged[100] ^= 1;
+    fs::write(&path, &damaged).unwrap();
+    let o = run(dir.path(), &args, "b\n");
+    assert_error(&o, &["seen.bloom", "generation", "checksum mismatch"]);
+    assert_eq!(fs::read(dir.path().join("seen.bloom")).unwrap(), manifest);
+    assert_eq!(fs::read(&path).unwrap(), damaged);
+}
+
 /// Asserts that, as of `now`, the state `seen.bloom` in `dir` loads and holds every line of
 /// `lines`.
 fn assert_state_holds(dir: &Path, now: u64, lines: &str, when: &str) {

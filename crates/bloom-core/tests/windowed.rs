@@ -400,16 +400,19 @@ fn a_damaged_manifest_or_a_wrong_generation_file_is_refused() {
     for i in 0..files.len() {
         let mut swapped = files.clone();
         swapped[i].1 = files[(i + 1) % files.len()].1.clone();
-        assert!(matches!(
-            read_split(&manifest, &swapped),
-            Err(DecodeError::Inconsistent(_))
-        ));
+        let wrong = read_split(&manifest, &swapped).unwrap_err();
+        assert!(
+            matches!(&wrong, DecodeError::Generation { epoch, source }
+                if *epoch == files[i].0.epoch && matches!(**source, DecodeError::Inconsistent(_))),
+            "{wrong:?}"
+        );
         let mut missing = files.clone();
         missing.remove(i);
-        assert!(matches!(
-            read_split(&manifest, &missing),
-            Err(DecodeError::Io(_))
-        ));
+        let gone = read_split(&manifest, &missing).unwrap_err();
+        assert!(
+            matches!(&gone, DecodeError::Generation { source, .. } if matches!(**source, DecodeError::Io(_))),
+            "{gone:?}"
+        );
     }
     assert!(WindowedFilter::from_bytes(&manifest).is_err());
     assert!(AnyFilter::from_bytes(&manifest).is_err());

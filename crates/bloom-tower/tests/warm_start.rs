@@ -10,7 +10,9 @@ use std::time::Duration;
 use bloom_tower::key::KeyFor;
 use bloom_tower::key_source::Watermark;
 use bloom_tower::shared_filter::{RemoveOutcome, Started};
-use bloom_tower::{BloomFilter, CountingBloomFilter, GuardedCache, KeySource, SharedFilter};
+use bloom_tower::{
+    BloomFilter, CountingBloomFilter, CuckooFilter, GuardedCache, KeySource, SharedFilter,
+};
 use futures_util::{Stream, stream};
 
 /// An append-only table of ids: its watermark is the number of rows, `keys_since(n)` the rows
@@ -146,6 +148,55 @@ async fn a_restart_catches_up_with_every_key_added_since_the_snapshot() {
         .filter(|id| !restarted.contains(id))
         .count();
     assert!(rejected > 900, "{rejected} of 1000 absent ids rejected");
+}
+
+/// A cuckoo filter starts from its snapshot as a Bloom filter does: used (not rebuilt),
+/// caught up with the keys added since, still a cuckoo filter that can remove a key; and a
+/// plain filter's snapshot is refused for it.
+#[tokio::test]
+async fn a_cuckoo_filter_restarts_from_its_snapshot_and_catches_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = Table::with(1..=500);
+    let cuckoo = || {
+        CuckooFilter::builder()
+            .expected_items(1_000)
+            .false_positive_rate(0.01)
+            .seed(7)
+            .build()
+            .unwrap()
+    };
+    let start_cuckoo = || {
+        SharedFilter::<u64>::builder()
+            .name("users")
+            .snapshot(dir.path().join("users.bloom"))
+            .require_hash_key(7)
+            .start(cuckoo(), &table)
+    };
+    let (filter, started) = start_cuckoo().await.unwrap();
+    assert_eq!(
+        started,
+        Started::Rebuilt {
+            keys: 500,
+            refused: None
+        }
+    );
+    drop(filter);
+    table.add(501..=540);
+    let (filter, started) = start_cuckoo().await.unwrap();
+    assert_eq!(started, Started::CaughtUp { keys: 40 });
+    assert_eq!(filter.stats().kind, "cuckoo");
+    assert_eq!(missing(&filter, &table), Vec::<u64>::new());
+    assert!(filter.current().can_remove());
+
+    // A plain filter's snapshot in its place is refused, and the source rebuilds it.
+    std::fs::remove_file(dir.path().join("users.bloom")).unwrap();
+    drop(start(&dir, &table, 7).await);
+    let (filter, started) = start_cuckoo().await.unwrap();
+    let Started::Rebuilt { refused, .. } = started else {
+        panic!("a plain snapshot was used for a cuckoo filter: {started:?}")
+    };
+    assert!(refused.unwrap().contains("cuckoo"));
+    assert_eq!(filter.stats().kind, "cuckoo");
 }
 
 #[tokio::test]

@@ -67,4 +67,15 @@ pub enum DecodeError {
     /// Reading failed; the I/O error is the [`source`](std::error::Error::source).
     #[error("read failed")]
     Io(#[from] io::Error),
+    /// A windowed filter's manifest names a generation file that could not be opened or is
+    /// refused (missing, corrupt, or not the file the manifest names); why is the
+    /// [`source`](std::error::Error::source).
+    #[error("the file of the generation of epoch {epoch}")]
+    Generation {
+        /// The generation's epoch (its file is named after it).
+        epoch: u64,
+        /// Why the file was refused.
+        #[source]
+        source: Box<DecodeError>,
+    },
 }

@@ -201,8 +201,8 @@ impl WindowedFilter {
 
     /// Reads a manifest from `r` (which must end right after it) on `clock`, opening each
     /// generation still inside the window with `open`; also returns the files it read.
-    /// A file whose checksum is not the manifest's is refused (`Inconsistent`); a file
-    /// that cannot be opened is `Io`. A windowed filter's single file is read too (no
+    /// A generation file that cannot be opened or read, or whose checksum is not the
+    /// manifest's, is refused as [`DecodeError::Generation`], the reason its source. A windowed filter's single file is read too (no
     /// generation is opened; the list is empty).
     ///
     /// ```
@@ -230,14 +230,20 @@ impl WindowedFilter {
         G: Read,
     {
         read_windowed(r, clock, &mut |file| {
-            let mut tail = Tail::new(open(&file)?);
-            let generation = BloomFilter::read_from(&mut tail)?;
-            if u32::from_le_bytes(tail.last) != file.checksum {
-                return Err(DecodeError::Inconsistent(
-                    "a generation's file is not the one the manifest names",
-                ));
-            }
-            Ok(generation)
+            let read = |open: &mut dyn FnMut(&GenerationFile) -> io::Result<G>| {
+                let mut tail = Tail::new(open(&file)?);
+                let generation = BloomFilter::read_from(&mut tail)?;
+                if u32::from_le_bytes(tail.last) != file.checksum {
+                    return Err(DecodeError::Inconsistent(
+                        "a generation's file is not the one the manifest names",
+                    ));
+                }
+                Ok(generation)
+            };
+            read(&mut open).map_err(|source| DecodeError::Generation {
+                epoch: file.epoch,
+                source: Box::new(source),
+            })
         })
     }
 }
