@@ -14,6 +14,7 @@ mod filter_file;
 mod input;
 mod output;
 mod progress;
+mod state_lock;
 mod window_state;
 
 use std::io::Write;

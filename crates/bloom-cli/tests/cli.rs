@@ -57,11 +57,14 @@ fn assert_usage_error(o: &Output, needle: &str) {
     assert!(err.contains(needle), "{err:?} lacks {needle:?}");
 }
 
-/// The names in a directory, sorted (hidden temporary files included).
+/// The names in a directory, sorted (hidden temporary files included), but the locks
+/// `dedup --state` keeps beside a state (`.NAME.lock`, empty, never removed;
+/// `a_second_dedup_on_the_same_state_is_refused_while_the_first_runs`).
 fn listing(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| !(name.starts_with('.') && name.ends_with(".lock")))
         .collect();
     names.sort();
     names
@@ -2329,6 +2332,49 @@ fn a_windowed_dedup_killed_at_each_step_of_a_save_loses_nothing() {
     let o = with_stdin(dedup(t0 + 12 * hour, ""), "last\n");
     assert!(o.status.success(), "{}", stderr(&o));
     assert_only_the_state_files(dir.path());
+}
+
+/// Two runs on one state must not overlap (the second would save over the first's lines):
+/// while a run is streaming, another on the same state fails at once, reading nothing; once
+/// the first ends, the next runs and sees its lines. Plain and windowed states alike.
+#[test]
+fn a_second_dedup_on_the_same_state_is_refused_while_the_first_runs() {
+    use std::io::{BufRead as _, BufReader, Write as _};
+    use std::process::Stdio;
+    for window in [&[][..], &["--window", "24h"][..]] {
+        let dir = TempDir::new().unwrap();
+        let args: Vec<&str> = ["dedup", "-n", "1k", "-p", "0.01", "--state", "s.bloom"]
+            .into_iter()
+            .chain(window.iter().copied())
+            .collect();
+        let mut first = std::process::Command::new(assert_cmd::cargo::cargo_bin("bloom"))
+            .current_dir(dir.path())
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = first.stdin.take().unwrap();
+        stdin.write_all(b"a\n").unwrap();
+        stdin.flush().unwrap();
+        // Its first line passed through: it holds the state.
+        let mut out = BufReader::new(first.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line, "a\n");
+
+        let second = run(dir.path(), &args, "a\nb\n");
+        assert_error(&second, &["s.bloom", "in use by another `bloom dedup`"]);
+        assert_eq!(stdout(&second), "");
+
+        drop(stdin); // the first run ends and saves
+        assert!(first.wait().unwrap().success());
+        let third = run(dir.path(), &args, "a\nb\n");
+        assert_eq!(
+            (third.status.code(), stdout(&third).as_str()),
+            (Some(0), "b\n")
+        );
+    }
 }
 
 /// A generation file that is missing or damaged is an error naming it; the run reads no

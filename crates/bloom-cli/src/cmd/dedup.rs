@@ -20,6 +20,7 @@ use crate::cmd::{STDOUT_BUFFER, raw_stdout, stdout_failed};
 use crate::filter_file::PlainUse;
 use crate::input::{Batch, Lines, stdin_reader};
 use crate::output::AtomicFile;
+use crate::state_lock::StateLock;
 use crate::window_state::WindowState;
 
 /// De-duplicate lines: copy each line of standard input to standard output the first time it
@@ -51,7 +52,8 @@ a run rewrites only the generations it wrote to, and removes the files FILE no l
 mismatch is an error, nothing is read. Without --window FILE must hold a plain Bloom filter
 (a counting, scalable, cuckoo or windowed filter is refused); with --window, a windowed one.
 If it does not exist, a new filter is used. Either way the filter is saved to FILE,
-atomically, when standard input ends. On any error (including a closed output pipe) FILE
+atomically, when standard input ends. One run per FILE at a time: a run takes a lock on
+.FILE.lock beside it, and a second run fails at once, reading nothing. On any error (including a closed output pipe) FILE
 is left as it was, so a rerun repeats the interrupted part rather than losing it.")]
 #[command(mut_arg("items", |a| a.help(
     "Number of distinct lines to size for (1000000, 250k, 100M, 1e8); past it, more and more \
@@ -90,8 +92,9 @@ pub fn run(args: &Args) -> Result<()> {
         return run_windowed(args, window);
     }
     let setup = Instant::now();
-    // Fail on an unwritable state path before reading any input.
+    // Fail on an unwritable state path, or a state in use, before reading any input.
     let state_out = args.state.as_deref().map(AtomicFile::create).transpose()?;
+    let _lock = args.state.as_deref().map(StateLock::acquire).transpose()?;
     let loaded = args.state.as_deref().is_some_and(|p| p.exists());
     let filter = match &args.state {
         Some(path) if loaded => {
@@ -254,6 +257,7 @@ fn run_windowed(args: &Args, window: Window) -> Result<()> {
     let setup = Instant::now();
     let clock = crate::filter_file::clock()?;
     let state_out = args.state.as_deref().map(AtomicFile::create).transpose()?;
+    let _lock = args.state.as_deref().map(StateLock::acquire).transpose()?;
     let state = match &args.state {
         Some(path) if path.exists() => {
             let state = WindowState::load(path, clock)?;
