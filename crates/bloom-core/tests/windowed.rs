@@ -418,6 +418,37 @@ fn a_damaged_manifest_or_a_wrong_generation_file_is_refused() {
     assert!(AnyFilter::from_bytes(&manifest).is_err());
 }
 
+/// A flipped bit that makes the header claim huge generations (51 GB each, past this
+/// machine's memory) is refused before anything of that size is allocated, even when the
+/// first generation is empty (nothing of its size is read first): as a file and as a
+/// manifest.
+#[test]
+fn a_damaged_header_allocates_nothing_it_claims() {
+    let f = WindowedFilter::builder(Window::Count(300))
+        .expected_items(300)
+        .false_positive_rate(0.01)
+        .generations(3)
+        .seed(3)
+        .build()
+        .unwrap();
+    for i in 0..500 {
+        f.insert(&i); // epoch 3: generation 0 is the spare, empty
+    }
+    let whole = f.to_bytes();
+    let (manifest, files) = split(&f);
+    for bytes in [whole, manifest] {
+        assert_eq!(
+            bytes[80..88],
+            [0; 8],
+            "the first generation is stored empty"
+        );
+        let mut flipped = bytes.clone();
+        flipped[40 + 4] ^= 1 << 4; // n += 2^36
+        // Refused (the next generation's length, or the checksum), not aborted.
+        assert!(read_split(&flipped, &files).is_err());
+    }
+}
+
 /// A manifest read after some generations expired opens only the others: a crawler's
 /// day-old state costs the generations still inside the window.
 #[test]

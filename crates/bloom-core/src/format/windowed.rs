@@ -318,9 +318,6 @@ pub(super) fn read_windowed<R: Read + ?Sized>(
     let template = header.template()?;
     let expected = (HEADER_LEN + CHECKSUM_LEN) as u64 + template.slots.div_ceil(64) * 8;
     let mut read = head.len() as u64;
-    let mut generations = Vec::new();
-    let mut written = Vec::new();
-    let mut files = Vec::new();
     let ring = u64::from(header.generations) + 1;
     // The epoch the clock is in; `None` for a count window (whose clock is the file).
     let now = match header.window {
@@ -339,13 +336,21 @@ pub(super) fn read_windowed<R: Read + ?Sized>(
         sum.update(bytes);
         Ok(())
     };
+    // What each generation is, until the container's checksum is verified: only then are
+    // generation files opened, and the empty generations allocated (a damaged header cannot
+    // make the reader allocate what it claims: `a_damaged_header_allocates_nothing_it_claims`).
+    enum Slot {
+        Empty,
+        Read(BloomFilter),
+        Named(GenerationFile),
+    }
+    let mut slots = Vec::new();
     for i in 0..ring {
         let mut len = [0u8; 8];
         fixed(r, &mut len, &mut read)?;
         let len = u64::from_le_bytes(len);
         if len == 0 {
-            generations.push(BloomFilter::from_parts(template.clone(), None));
-            written.push(false);
+            slots.push(Slot::Empty);
             continue;
         }
         if len != expected {
@@ -361,29 +366,26 @@ pub(super) fn read_windowed<R: Read + ?Sized>(
         if header.split {
             let mut checksum = [0u8; CHECKSUM_LEN];
             fixed(r, &mut checksum, &mut read)?;
-            if expired {
+            slots.push(if expired {
                 // Not opened: its file is removed at the next save.
-                generations.push(BloomFilter::from_parts(template.clone(), None));
+                Slot::Empty
             } else {
-                let file = GenerationFile {
+                Slot::Named(GenerationFile {
                     epoch: state.0 - back,
                     checksum: u32::from_le_bytes(checksum),
-                };
-                generations.push(open(file)?);
-                files.push(file);
-            }
+                })
+            });
         } else {
             // Read as it arrives, and checked by its own trailer.
             let mut file = (&mut *r).take(expected);
-            if expired {
+            slots.push(if expired {
                 super::words::check_plain_file(&mut file)?;
-                generations.push(BloomFilter::from_parts(template.clone(), None));
+                Slot::Empty
             } else {
-                generations.push(BloomFilter::read_from(&mut file)?);
-            }
+                Slot::Read(BloomFilter::read_from(&mut file)?)
+            });
             read += expected;
         }
-        written.push(!expired);
     }
     let mut trailer = [0u8; CHECKSUM_LEN];
     let got = read_up_to(r, &mut trailer)?;
@@ -399,6 +401,20 @@ pub(super) fn read_windowed<R: Read + ?Sized>(
     }
     if read_up_to(r, &mut [0u8; 1])? != 0 {
         return Err(DecodeError::TrailingBytes { extra: 1 });
+    }
+    let (mut generations, mut written, mut files) = (Vec::new(), Vec::new(), Vec::new());
+    for slot in slots {
+        let generation = match slot {
+            Slot::Empty => None,
+            Slot::Read(generation) => Some(generation),
+            Slot::Named(file) => {
+                files.push(file);
+                Some(open(file)?)
+            }
+        };
+        written.push(generation.is_some());
+        generations
+            .push(generation.unwrap_or_else(|| BloomFilter::from_parts(template.clone(), None)));
     }
     let filter = header.filter(state, generations, written, clock)?;
     Ok((filter, files))
