@@ -2459,7 +2459,7 @@ fn a_windowed_dedup_killed_while_saving_loses_no_completed_run() {
     use std::time::{Duration, Instant};
     let dir = TempDir::new().unwrap();
     let (t0, hour) = (1_700_000_000_000u64, 3_600_000u64);
-    // 10M lines per window at 0.1 %: 7 MB a generation, so a save takes a while.
+    // 10M lines per window at 0.1 %: 8 MB a generation, so a save takes a while.
     let dedup = |ms: u64| {
         let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("bloom"));
         c.current_dir(dir.path())
