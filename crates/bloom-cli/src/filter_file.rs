@@ -45,7 +45,7 @@ pub fn load(path: &Path) -> Result<Loaded> {
     let info = peek(&head).with_context(|| name.to_string())?;
     if info.kind == FilterKind::Windowed && info.label_len.is_none() {
         // Maybe a manifest, whose generations are files beside it (`dedup --window --state`).
-        let state = WindowState::load(path, clock()?)?;
+        let state = WindowState::load_bare(path, clock()?)?;
         return Ok(Loaded {
             file_len: file_len + state.generation_bytes(path),
             filter: AnyFilter::Windowed(state.filter),

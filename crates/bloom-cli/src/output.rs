@@ -38,10 +38,7 @@ impl AtomicFile {
         let file_name = path
             .file_name()
             .ok_or_else(|| anyhow!("{name}: not a file name"))?;
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
+        let dir = dir_of(path);
         if !dir.is_dir() {
             return Err(anyhow!(
                 "{name}: cannot create it: directory {} does not exist",
@@ -112,6 +109,14 @@ impl AtomicFile {
     /// The directory the file is written in.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+}
+
+/// The directory `path` is in (`.` for a bare file name).
+pub fn dir_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
     }
 }
 

@@ -36,7 +36,7 @@ use bloom_core::format::{FilterKind, peek};
 use bloom_core::windowed::{Clock, GenerationFile};
 
 use crate::input::io_msg;
-use crate::output::AtomicFile;
+use crate::output::{AtomicFile, dir_of};
 
 /// Read buffer for the manifest and a single-file state.
 const READ_BUFFER: usize = 64 * 1024;
@@ -80,7 +80,15 @@ impl WindowState {
             let filter = crate::filter_file::load_windowed(path, clock)?;
             return Ok(Self::new(filter));
         }
-        let dir = parent(path);
+        Self::load_bare(path, clock)
+    }
+
+    /// [`load`](Self::load) for a file known to be a bare windowed filter's (its header
+    /// peeked): a manifest, or a single file.
+    pub fn load_bare(path: &Path, clock: Arc<dyn Clock>) -> Result<Self> {
+        let name = path.display();
+        let cannot_read = |e: &io::Error| anyhow!("{name}: cannot read: {}", io_msg(e));
+        let dir = dir_of(path);
         let manifest = path
             .file_name()
             .ok_or_else(|| anyhow!("{name}: not a file name"))?;
@@ -111,7 +119,7 @@ impl WindowState {
         let Some(manifest) = path.file_name() else {
             return 0;
         };
-        let dir = parent(path);
+        let dir = dir_of(path);
         self.files
             .iter()
             .filter_map(|f| std::fs::metadata(dir.join(f.file_name(manifest))).ok())
@@ -175,14 +183,6 @@ fn remove_unnamed(dir: &Path, manifest: &OsStr, keep: &[GenerationFile]) {
         if unnamed || left_by_a_kill {
             let _ = std::fs::remove_file(entry.path());
         }
-    }
-}
-
-/// The directory `path` is in.
-fn parent(path: &Path) -> &Path {
-    match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
     }
 }
 

@@ -29,9 +29,9 @@ const COUNT_WINDOW: u32 = 1 << 8;
 /// (`windowed_split.rs`).
 const SPLIT: u32 = 1 << 9;
 
-pub(super) struct WindowedHeader {
+struct WindowedHeader {
     /// A manifest: each generation is its length and its file's checksum, not its file.
-    pub(super) split: bool,
+    split: bool,
     layout: Layout,
     generations: u32,
     window: Window,
@@ -42,7 +42,7 @@ pub(super) struct WindowedHeader {
 }
 
 impl WindowedHeader {
-    pub(super) fn of(filter: &WindowedFilter, split: bool) -> Self {
+    fn of(filter: &WindowedFilter, split: bool) -> Self {
         let parts = filter.parts();
         Self {
             split,
@@ -56,7 +56,7 @@ impl WindowedHeader {
         }
     }
 
-    pub(super) fn encode(&self) -> [u8; HEADER_LEN] {
+    fn encode(&self) -> [u8; HEADER_LEN] {
         let (kind_bit, length) = match self.window {
             Window::Time(d) => (0, d.as_millis() as u64),
             Window::Count(n) => (COUNT_WINDOW, n),
@@ -211,24 +211,17 @@ impl WindowedFilter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn write_to<W: Write + ?Sized>(&self, w: &mut W) -> io::Result<()> {
-        let mut sum = digest();
-        let mut put = |w: &mut W, bytes: &[u8]| {
-            sum.update(bytes);
-            w.write_all(bytes)
-        };
-        put(w, &WindowedHeader::of(self, false).encode())?;
-        put(w, &self.epoch().to_le_bytes())?;
-        put(w, &self.inserts().to_le_bytes())?;
+        let mut out = Container::start(self, false, w)?;
         for (i, generation) in self.ring_generations().iter().enumerate() {
             if !self.ring_written(i) {
-                put(w, &0u64.to_le_bytes())?;
+                out.put(&0u64.to_le_bytes())?;
                 continue;
             }
-            put(w, &super::words::encoded_len(generation).to_le_bytes())?;
+            out.put(&super::words::encoded_len(generation).to_le_bytes())?;
             // Checksummed by its own trailer.
-            super::words::write_to(generation, w)?;
+            super::words::write_to(generation, out.unsummed())?;
         }
-        w.write_all(&sum.finalize().to_le_bytes())
+        out.finish()
     }
 
     /// Reads a windowed filter from exactly `bytes`, on the system clock: generations that
@@ -286,6 +279,40 @@ impl WindowedFilter {
             ))
         })
         .map(|(filter, _)| filter)
+    }
+}
+
+/// A kind-4 container being written: the header and state first, then what the caller
+/// puts, then the CRC-32C of everything put (a generation's own file goes `unsummed`).
+pub(super) struct Container<'a, W: Write + ?Sized> {
+    w: &'a mut W,
+    sum: super::checksum::Digest,
+}
+
+impl<'a, W: Write + ?Sized> Container<'a, W> {
+    /// Writes `filter`'s header (a manifest's if `split`), newest epoch and insert count.
+    pub(super) fn start(filter: &WindowedFilter, split: bool, w: &'a mut W) -> io::Result<Self> {
+        let mut out = Self { w, sum: digest() };
+        out.put(&WindowedHeader::of(filter, split).encode())?;
+        out.put(&filter.epoch().to_le_bytes())?;
+        out.put(&filter.inserts().to_le_bytes())?;
+        Ok(out)
+    }
+
+    /// Writes `bytes`, covered by the container's checksum.
+    pub(super) fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.sum.update(bytes);
+        self.w.write_all(bytes)
+    }
+
+    /// The writer, for bytes the container's checksum does not cover.
+    pub(super) fn unsummed(&mut self) -> &mut W {
+        self.w
+    }
+
+    /// Writes the checksum.
+    pub(super) fn finish(self) -> io::Result<()> {
+        self.w.write_all(&self.sum.finalize().to_le_bytes())
     }
 }
 

@@ -16,8 +16,8 @@ use std::io::{self, Read, Write};
 use std::sync::Arc;
 
 use super::DecodeError;
-use super::checksum::{CHECKSUM_LEN, digest};
-use super::windowed::{WindowedHeader, read_windowed};
+use super::checksum::CHECKSUM_LEN;
+use super::windowed::{Container, read_windowed};
 use crate::windowed::Clock;
 use crate::{BloomFilter, WindowedFilter};
 
@@ -172,19 +172,12 @@ impl WindowedFilter {
         w: &mut W,
         files: &[GenerationFile],
     ) -> io::Result<()> {
-        let mut sum = digest();
-        let mut put = |w: &mut W, bytes: &[u8]| {
-            sum.update(bytes);
-            w.write_all(bytes)
-        };
-        put(w, &WindowedHeader::of(self, true).encode())?;
-        put(w, &self.epoch().to_le_bytes())?;
-        put(w, &self.inserts().to_le_bytes())?;
+        let mut out = Container::start(self, true, w)?;
         let with_keys = self.epochs_with_keys();
         let ring = self.ring_generations().len() as u64;
         for (i, generation) in self.ring_generations().iter().enumerate() {
             let Some(&epoch) = with_keys.iter().find(|&&e| e % ring == i as u64) else {
-                put(w, &0u64.to_le_bytes())?;
+                out.put(&0u64.to_le_bytes())?;
                 continue;
             };
             let file = files.iter().find(|f| f.epoch == epoch).ok_or_else(|| {
@@ -193,10 +186,10 @@ impl WindowedFilter {
                     format!("no file given for epoch {epoch}'s generation"),
                 )
             })?;
-            put(w, &super::words::encoded_len(generation).to_le_bytes())?;
-            put(w, &file.checksum.to_le_bytes())?;
+            out.put(&super::words::encoded_len(generation).to_le_bytes())?;
+            out.put(&file.checksum.to_le_bytes())?;
         }
-        w.write_all(&sum.finalize().to_le_bytes())
+        out.finish()
     }
 
     /// Reads a manifest from `r` (which must end right after it) on `clock`, opening each
