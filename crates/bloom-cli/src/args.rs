@@ -40,8 +40,8 @@ pub enum KindArg {
     Plain,
     /// A Bloom filter of 4-bit counters (4× plain's memory): a service can remove keys.
     Counting,
-    /// Fingerprints in buckets: a service can remove keys; each distinct key is stored once
-    /// (as CF.ADDNX); a full filter is an error, never a dropped key. Takes no --layout.
+    /// Fingerprints in buckets: a service can remove keys; every line is stored (as CF.ADD);
+    /// a full filter is an error, never a dropped key. Takes no --layout.
     Cuckoo,
 }
 

@@ -216,6 +216,39 @@ fn removing_a_key_never_inserted_can_take_another_keys_fingerprint() {
     assert!(!filter.contains(&0u64), "and took key 0 with it");
 }
 
+/// The documented hazard of `insert_unique` in a filter keys are removed from: a key that
+/// shares another's fingerprint and buckets is not stored, so removing that other key takes
+/// it out too. With `insert` the same two keys each keep a copy.
+#[test]
+fn a_key_insert_unique_skipped_goes_with_its_twin() {
+    let build = || {
+        CuckooFilter::builder()
+            .buckets(1)
+            .fingerprint_bits(5)
+            .seed(2)
+            .build()
+            .unwrap()
+    };
+    let probe = build();
+    probe.insert(&0u64).unwrap();
+    let twin = (1u64..).find(|k| probe.contains(k)).unwrap();
+
+    let unique = build();
+    assert!(unique.insert_unique(&0u64).unwrap());
+    assert!(
+        !unique.insert_unique(&twin).unwrap(),
+        "the twin was not stored"
+    );
+    assert!(unique.remove(&0u64));
+    assert!(!unique.contains(&twin), "and went with key 0");
+
+    let each = build();
+    each.insert(&0u64).unwrap();
+    each.insert(&twin).unwrap();
+    assert!(each.remove(&0u64));
+    assert!(each.contains(&twin), "insert kept the twin's own copy");
+}
+
 #[test]
 fn racing_insert_unique_stores_a_key_once() {
     let filter = Arc::new(sized(100_000, 0.001, 9));

@@ -9,9 +9,11 @@
 //! is one it schedules (a lookup on the main thread before the writer's first step was
 //! explored once, and the mutation below went unnoticed).
 //!
-//! Mutations that fail it: `Table::read_pair` answering without re-reading the stripe
-//! versions fails `a_key_being_moved_is_always_found`; `CuckooFilter::remove` writing without
-//! holding the stripes fails `removes_racing_inserts_lose_no_other_key`.
+//! Mutations that fail it: `Table::read_pair_until` answering "no" without re-reading the
+//! stripe versions fails `a_key_being_moved_is_always_found`; `CuckooFilter::remove` writing
+//! without holding the stripes fails `removes_racing_inserts_lose_no_other_key`. A move that
+//! empties its source before it fills its destination passes: both writes are inside one
+//! hold of both stripes, which no validated read sees into.
 #![cfg(loom)]
 
 use bloom_core::CuckooFilter;

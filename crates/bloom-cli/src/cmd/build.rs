@@ -28,9 +28,9 @@ With --items auto the filter is sized for the number of lines (duplicates includ
 least the number of distinct keys). Files are read twice; standard input is first copied to
 a temporary file (in $TMPDIR), which needs as much free disk space as the input.
 
---kind cuckoo: the input is a set of keys: a key already in the filter (a duplicate line, or
-one whose fingerprint is already in its buckets) is not stored again, like CF.ADDNX, so one
-removal takes a key out. Rates below about 5.8e-5 are out of its reach (`bloom calc` says).
+--kind cuckoo: every line is stored, like CF.ADD (a key listed twice is stored twice), so
+that a service removing one deleted key can never take the only fingerprint another key
+relies on; a key may be listed at most 8 times. Rates below about 5.8e-5 are out of its reach (`bloom calc` says).
 A cuckoo filter has a hard limit: when no slot is free for a key the build stops with an
 error naming how many keys went in, and writes nothing; rerun it with a larger --items (or
 --items auto). --layout applies to the Bloom kinds only.")]
@@ -113,7 +113,7 @@ pub fn run(args: &Args) -> Result<()> {
                 AnyFilter::Cuckoo(f) => {
                     for key in batch.iter() {
                         line += 1;
-                        insert_unique(f, key, items, line, source, args)?;
+                        insert_line(f, key, items, line, source, args)?;
                     }
                 }
                 other => batch.iter().for_each(|key| {
@@ -198,10 +198,16 @@ fn new_filter(args: &Args, items: u64) -> Result<AnyFilter> {
     })
 }
 
-/// Stores `key` (line `line` of `source`) once. A full filter stops the build: every key
-/// must be in the file, so the error names how far it got and asks for a larger --items
-/// (`tests/cli.rs` `a_full_cuckoo_filter_stops_the_build_and_writes_nothing`).
-fn insert_unique(
+/// Stores `key` (line `line` of `source`): one insertion per line, like `CF.ADD`, so the
+/// file holds a fingerprint for every line and a service's later remove of one deleted key
+/// can never take the only copy another key relies on (`tests/cli.rs`
+/// `removing_any_key_of_a_cuckoo_build_keeps_every_other_key`). A full filter stops the
+/// build: every key must be in the file, so the error names how far it got and asks for a
+/// larger --items (`a_full_cuckoo_filter_stops_the_build_and_writes_nothing`).
+/// The most copies of one fingerprint a cuckoo filter holds: both buckets' four slots.
+const MOST_COPIES: u32 = 8;
+
+fn insert_line(
     filter: &CuckooFilter,
     key: &[u8],
     items: u64,
@@ -209,15 +215,24 @@ fn insert_unique(
     source: &Source,
     args: &Args,
 ) -> Result<()> {
-    filter.insert_unique(key).map(drop).map_err(|full| {
+    filter.insert(key).map_err(|full| {
+        let out = args.output.display();
+        let input = source.name();
+        // Both buckets hold nothing but this fingerprint: the line repeats a key (or a key
+        // sharing its fingerprint and buckets) eight times, which no size of filter takes.
+        if filter.count(key) >= MOST_COPIES {
+            return anyhow!(
+                "{out}: not written: line {line} of {input} repeats a key that fills both its \
+                 buckets: a cuckoo build stores every line, so a key may be listed at most \
+                 {MOST_COPIES} times; remove the duplicate lines (sort -u)",
+            );
+        }
         anyhow!(
             "{out}: not written: the cuckoo filter sized for {items} keys is full: it holds \
-             {len} distinct keys in its {slots} slots and has no room for line {line} of \
-             {input}; rerun with a larger --items{auto}",
-            out = args.output.display(),
+             {len} keys in its {slots} slots and has no room for line {line} of {input}; \
+             rerun with a larger --items{auto}",
             len = full.len,
             slots = full.slots,
-            input = source.name(),
             auto = if matches!(args.size.items, ItemsArg::Auto) {
                 ""
             } else {
@@ -244,7 +259,7 @@ fn describe(filter: &AnyFilter) -> String {
             f.num_hashes()
         ),
         AnyFilter::Cuckoo(f) => format!(
-            "cuckoo, {} distinct keys in {} buckets ({size}), {}-bit fingerprints",
+            "cuckoo, {} keys in {} buckets ({size}), {}-bit fingerprints",
             f.len(),
             f.num_buckets(),
             f.fingerprint_bits()

@@ -29,8 +29,9 @@ const MAX_ATTEMPTS: usize = 8;
 /// you inserted (RedisBloom's `CF.DEL` has the same rule).
 ///
 /// Inserting a key twice stores it twice (like `CF.ADD`): it then takes two removes.
-/// [`insert_unique`](Self::insert_unique) stores it once (`CF.ADDNX`). A key inserted more
-/// than eight times fills both its buckets.
+/// [`insert_unique`](Self::insert_unique) stores it once (`CF.ADDNX`), and so skips a key
+/// whose fingerprint and buckets another key already has: do not remove keys from a filter
+/// filled that way. A key inserted more than eight times fills both its buckets.
 ///
 /// ```
 /// use bloom_core::CuckooFilter;
@@ -163,6 +164,12 @@ impl CuckooFilter {
     /// Adds `key` unless it is (maybe) present already: `Ok(true)` if it was added,
     /// `Ok(false)` if it was there. The check and the add are one step for concurrent
     /// callers with the same key, so racing calls store it once.
+    ///
+    /// For a filter nothing is removed from (a set of seen keys). "There" includes another
+    /// key with the same fingerprint and buckets, which this key then shares: a later
+    /// [`remove`](Self::remove) of that other key takes this one out too, a false negative
+    /// (`tests/cuckoo.rs` `a_key_insert_unique_skipped_goes_with_its_twin`). Filters keys
+    /// are removed from take [`insert`](Self::insert), one per key inserted.
     ///
     /// ```
     /// use bloom_core::CuckooFilter;

@@ -34,8 +34,9 @@
 //! **The writers' rules.** (W1) A bucket's bits change only while the writer holds the
 //! bucket's stripe; a stripe's version is odd exactly while it is held, and each hold
 //! raises it by two in total (`table.rs`). (W2) A move of fingerprint `x` from bucket `s`
-//! to bucket `d` holds both stripes for its whole duration, writes `x` into `d` and only then
-//! empties it from `s` (`path.rs`). (W3) An insert only ever puts a fingerprint into a free
+//! to bucket `d` writes `x` into `d` and empties it from `s` within one hold of both stripes
+//! (`path.rs`). It writes `d` first, but nothing below needs that order: no validated read
+//! sees the inside of a hold, and the loom model passes with the two writes swapped. (W3) An insert only ever puts a fingerprint into a free
 //! slot; it never takes one out (`path.rs`: the chain is carried out from its free end, so
 //! no fingerprint is ever "in hand", unlike the textbook random-walk insert).
 //!
@@ -45,7 +46,7 @@
 //! key takes one copy of a fingerprint; if that key has `k`'s fingerprint and buckets it may
 //! take `k`'s copy — the documented false negative of removing what was never inserted — and
 //! otherwise leaves `k`'s copy. A move of a fingerprint equal to `k`'s out of `a` goes to its
-//! other bucket, `(H(fp) − a) mod m = b` (the involution), and copies before it clears (W2).
+//! other bucket, `(H(fp) − a) mod m = b` (the involution), within one hold (W2).
 //! An insert only adds (W3).
 //!
 //! **The lookup** reads the versions of both stripes, both buckets, and the versions again,
@@ -68,7 +69,7 @@
 //!
 //! **Checked by** `tests/loom_cuckoo.rs` (every interleaving of a lookup with an insert
 //! that moves the looked-up key, and of removes with inserts of other keys; skipping the
-//! second version read makes the first fail) and the stress test in `tests/cuckoo.rs`
+//! second version read makes the first fail, a remove that holds no stripe the second) and the stress test in `tests/cuckoo.rs`
 //! (two threads inserting and removing while two check every present key).
 //!
 //! # Full

@@ -6,9 +6,9 @@
 //! * The search only reads; a move re-checks, under its stripes, that its fingerprint is
 //!   still in its source and that its destination still has a free slot, and otherwise stops
 //!   the chain (the insert searches again).
-//! * A move writes the destination before it empties the source, and both while holding
-//!   both stripes, so between moves every fingerprint is in one of its two buckets and a
-//!   lookup never sees the middle of one (`tests/loom_cuckoo.rs`).
+//! * A move writes the destination and empties the source while holding both stripes, so
+//!   between holds every fingerprint is in one of its two buckets and a validated lookup
+//!   never sees the middle of a move (`tests/loom_cuckoo.rs`).
 //! * Nothing is ever taken out of the table to make room: an insert that finds no chain
 //!   fails and changes nothing (`a_full_filter_refuses_and_keeps_every_key`).
 
@@ -97,8 +97,9 @@ impl CuckooFilter {
         let Some(filled) = bucket::with_added(shape.decode(to_bits), m.fp) else {
             return false;
         };
-        // Destination first: were a reader ever to look between the two writes, the
-        // fingerprint is in both, never in neither.
+        // Destination first, so an unvalidated read between the two writes (the path
+        // search, a lookup's "yes") finds the fingerprint in both, never in neither. The
+        // proof rests on the stripes, not on this order.
         self.table.store(m.to, to_bits, shape.encode(filled));
         self.table.store(m.from, from_bits, shape.encode(emptied));
         true
