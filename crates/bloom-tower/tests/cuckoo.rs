@@ -127,6 +127,7 @@ async fn auto_grow_replaces_a_full_cuckoo_filter_without_waiting_for_the_schedul
         keys.lock().unwrap().push(key); // committed, then inserted: the source has it
         filter.insert(&key);
         key += 1;
+        assert!(key < 10_000, "never refused");
     }
     let start = tokio::time::Instant::now();
     while filter.stats().rebuilds == 0 {
