@@ -250,6 +250,12 @@ impl<K: ?Sized> SharedFilter<K> {
     /// [`rebuild_every`](Self::rebuild_every)'s task. Steps that fail are logged at `warn`
     /// (once, then again when they succeed) and retried with a backoff.
     ///
+    /// A counting or cuckoo filter counts every insert, and a follower inserts each key it
+    /// reads: a key this process also inserted itself, or one a step reads twice, is then
+    /// held twice, and one [`remove`](Self::remove) leaves it in (a false positive until the
+    /// next rebuild, never a false negative), while the filter fills faster. With those
+    /// filters, follow only what no write path of the service inserts, or rely on rebuilds.
+    ///
     /// ```
     /// use std::time::Duration;
     /// use bloom_tower::{BloomFilter, SharedFilter, shared_filter::Follow};
