@@ -5,53 +5,15 @@
 //! `cargo test --release -p bloomguard-core --test cuckoo -- --nocapture --test-threads 1`
 //! prints the tables `benches/README.md` reports.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bloom_core::{AnyFilter, CuckooFilter, DecodeError, FilterFull};
 
-/// Counts the bytes each thread has live on the heap, so a filter's memory is what its
-/// building thread allocated, whatever the other tests allocate meanwhile.
-struct Counting;
-
-thread_local! {
-    static LIVE: Cell<isize> = const { Cell::new(0) };
-}
-
-fn live() -> isize {
-    LIVE.with(Cell::get)
-}
-
-fn count(bytes: usize, sign: isize) {
-    // `try_with`: a thread being torn down has no counter left; nothing to measure then.
-    let _ = LIVE.try_with(|live| live.set(live.get() + sign * bytes as isize));
-}
-
-// SAFETY: forwards to the system allocator unchanged; only counts.
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count(layout.size(), 1);
-        // SAFETY: the caller's contract is System's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        count(layout.size(), 1);
-        // SAFETY: as above.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        count(layout.size(), -1);
-        // SAFETY: as above.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
+use counting_alloc::live;
 
 const NON_MEMBER: u64 = 1 << 63;
 

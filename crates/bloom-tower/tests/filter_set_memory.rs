@@ -2,50 +2,14 @@
 //! reports in memory are an upper bound of what a counting allocator sees, for plain and
 //! windowed filters, so a budget of 256 MiB keeps the filters within 256 MiB.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::time::Duration;
 
 use bloom_core::windowed::{Window, WindowedFilter};
 use bloom_tower::filter_set::{FilterSet, FilterStore, StoreError};
 
-/// Counts the bytes this thread has live on the heap (the set runs on one thread here).
-struct Counting;
-
-thread_local! {
-    static LIVE: Cell<isize> = const { Cell::new(0) };
-}
-
-fn live() -> isize {
-    LIVE.with(Cell::get)
-}
-
-fn count(bytes: usize, sign: isize) {
-    let _ = LIVE.try_with(|live| live.set(live.get() + sign * bytes as isize));
-}
-
-// SAFETY: forwards to the system allocator unchanged; only counts.
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count(layout.size(), 1);
-        // SAFETY: the caller's contract is System's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        count(layout.size(), 1);
-        // SAFETY: as above.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        count(layout.size(), -1);
-        // SAFETY: as above.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
+#[path = "../../bloom-core/tests/support/counting_alloc.rs"]
+mod counting_alloc;
+use counting_alloc::live;
 
 /// Keeps nothing: every key is new, every store is dropped on this thread.
 struct Nowhere;
