@@ -9,6 +9,7 @@
 //! `a_store_killed_midway_leaves_the_old_or_the_new_filter`).
 
 use crate::shared_filter::snapshot::sync_dir;
+use std::fmt::Write as _;
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -85,7 +86,8 @@ impl DirectoryStore {
         &self.root
     }
 
-    /// The file that holds the filter `name`.
+    /// The file that holds the filter `name`: ASCII letters, digits, `-` and `_` as they are,
+    /// any other byte as `%XX`, so no name can leave its directory.
     ///
     /// ```
     /// use bloom_tower::filter_set::DirectoryStore;
@@ -93,6 +95,7 @@ impl DirectoryStore {
     /// let dir = tempfile::tempdir()?;
     /// let store = DirectoryStore::new(dir.path())?;
     /// assert!(store.path_of("tenant-7").ends_with("tenant-7.bloom"));
+    /// assert!(store.path_of("../é").ends_with("%2E%2E%2F%C3%A9.bloom"));
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn path_of(&self, name: &str) -> PathBuf {
@@ -101,7 +104,8 @@ impl DirectoryStore {
             if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
                 file.push(b as char);
             } else {
-                file.push_str(&format!("%{b:02X}"));
+                // Infallible: writing to a String.
+                let _ = write!(file, "%{b:02X}");
             }
         }
         file.push_str(".bloom");
