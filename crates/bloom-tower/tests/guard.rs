@@ -343,11 +343,29 @@ fn layers_and_services_are_clone_and_debug_with_closures_inside() {
     assert!(format!("{service:?}").contains("BloomGuardService"));
 }
 
-/// Collects every event's fields, as `name=value` strings.
-#[derive(Default)]
-struct Events(std::sync::Mutex<Vec<Vec<String>>>);
+/// The one subscriber of this test binary, installed as the global default the first time
+/// [`captured`] runs. It is interested in every callsite at every level, so no cached
+/// interest, whichever thread computed it, can turn an event away: a scoped subscriber
+/// (`with_default`) was, whenever a thread of another test with no subscriber rebuilt the
+/// cache at the wrong moment. It keeps the fields of events emitted on a thread that is
+/// inside [`captured`], as `name=value` strings, and drops the others.
+struct Capture;
 
-impl tracing::Subscriber for Events {
+thread_local! {
+    static CAPTURED: std::cell::RefCell<Option<Vec<Vec<String>>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+impl tracing::Subscriber for Capture {
+    fn register_callsite(
+        &self,
+        _: &'static tracing::Metadata<'static>,
+    ) -> tracing::subscriber::Interest {
+        tracing::subscriber::Interest::always()
+    }
+    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
+        Some(tracing::level_filters::LevelFilter::TRACE)
+    }
     fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
         true
     }
@@ -363,12 +381,27 @@ impl tracing::Subscriber for Events {
                 self.0.push(format!("{}={value:?}", field.name()));
             }
         }
-        let mut fields = Fields(Vec::new());
-        event.record(&mut fields);
-        self.0.lock().unwrap().push(fields.0);
+        let _ = CAPTURED.try_with(|captured| {
+            if let Some(events) = captured.borrow_mut().as_mut() {
+                let mut fields = Fields(Vec::new());
+                event.record(&mut fields);
+                events.push(fields.0);
+            }
+        });
     }
     fn enter(&self, _: &tracing::span::Id) {}
     fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// The events `f` emits on this thread.
+fn captured(f: impl FnOnce()) -> Vec<Vec<String>> {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        tracing::subscriber::set_global_default(Capture).expect("no other global subscriber")
+    });
+    CAPTURED.with(|captured| *captured.borrow_mut() = Some(Vec::new()));
+    f();
+    CAPTURED.with(|captured| captured.borrow_mut().take().unwrap())
 }
 
 #[test]
@@ -378,19 +411,8 @@ fn each_rejection_logs_a_debug_event_without_the_key_unless_asked() {
     let id = absent_id(&filter);
     let uri = format!("/users/{id}");
     let events = |guard: BloomGuard<String, key::PathSegment>| {
-        let events = std::sync::Arc::new(Events::default());
         let (mut service, _handle) = spawn(guard);
-        tracing::subscriber::with_default(std::sync::Arc::clone(&events), || {
-            // A callsite first hit by another test's thread, with no subscriber, is cached as
-            // uninteresting; ask again now that this thread has one.
-            tracing::callsite::rebuild_interest_cache();
-            drop(service.call(get(&uri)));
-        });
-        std::sync::Arc::into_inner(events)
-            .unwrap()
-            .0
-            .into_inner()
-            .unwrap()
+        captured(|| drop(service.call(get(&uri))))
     };
 
     let quiet = events(BloomGuard::new(filter.clone(), key::path_segment(1)).name("users"));
