@@ -30,6 +30,15 @@ impl BitVector {
         }
     }
 
+    /// The words a [`WordFill`] was filled with (a filter read from a file), with no copy.
+    pub(crate) fn from_fill(fill: WordFill<Line>) -> Self {
+        let len = fill.words();
+        Self {
+            lines: fill.finish(),
+            len,
+        }
+    }
+
     /// A copy of `words`, in the same huge-page-backed storage as [`zeroed`](Self::zeroed).
     pub(crate) fn from_words(words: impl ExactSizeIterator<Item = u64>) -> Self {
         let bits = Self::zeroed(words.len());
@@ -114,13 +123,192 @@ impl BitVector {
 }
 
 /// Types whose all-zero bytes are a valid value (what [`zeroed_slice`] hands out).
-trait ZeroValid {}
+pub(crate) trait ZeroValid {}
 impl ZeroValid for AtomicU64 {}
 impl ZeroValid for Line {}
 
 /// A zeroed word array (the counting filter's storage).
 pub(crate) fn zeroed_words(num_words: usize) -> Box<[AtomicU64]> {
     zeroed_slice(num_words)
+}
+
+/// What a word array is made of: a [`Line`] of eight words, or one word.
+#[cfg(not(loom))]
+pub(crate) trait WordElement: ZeroValid {
+    /// Words in one element.
+    const WORDS: usize;
+}
+
+#[cfg(loom)]
+pub(crate) trait WordElement: ZeroValid + LoomZero {
+    const WORDS: usize;
+}
+
+impl WordElement for AtomicU64 {
+    const WORDS: usize = 1;
+}
+
+impl WordElement for Line {
+    const WORDS: usize = 8;
+}
+
+/// A word array filled in order as a file's words arrive, then handed over whole: the words
+/// are written once, where the filter will use them, with no intermediate copy. The array
+/// is allocated uninitialised (and advised onto huge pages, as [`zeroed_slice`] does), so
+/// the memory it commits grows with the words written, not with what a header claims; a
+/// fill dropped before [`finish`](Self::finish) frees it unread. Rules: every word up to
+/// the end of the last element is written before the array is read (`push` for the first
+/// `words`, zeros by `finish` for the rest), and a fill never takes more words than it was
+/// made for (`format::tests`, `tests/format.rs` `loading_allocates_the_filter_once`).
+#[cfg(not(loom))]
+pub(crate) struct WordFill<T: WordElement> {
+    /// `len` elements, `len · T::WORDS` words, the first `filled` of them written.
+    ptr: std::ptr::NonNull<T>,
+    len: usize,
+    filled: usize,
+    last: Option<u64>,
+}
+
+#[cfg(not(loom))]
+#[allow(unsafe_code)]
+impl<T: WordElement> WordFill<T> {
+    /// An array for `words` words (rounded up to whole elements), or `None` if the
+    /// allocator refuses it.
+    pub(crate) fn new(words: usize) -> Option<Self> {
+        const HUGE_PAGE_WORTHWHILE: usize = 4 << 20;
+        let len = words.div_ceil(T::WORDS);
+        let layout = std::alloc::Layout::array::<T>(len).ok()?;
+        let ptr = if layout.size() == 0 {
+            std::ptr::NonNull::dangling()
+        } else {
+            // SAFETY: the layout has a non-zero size (checked above).
+            let ptr = std::ptr::NonNull::new(unsafe { std::alloc::alloc(layout) }.cast::<T>())?;
+            if layout.size() >= HUGE_PAGE_WORTHWHILE {
+                advise_huge_pages(ptr.as_ptr().cast(), layout.size());
+            }
+            ptr
+        };
+        Some(Self {
+            ptr,
+            len,
+            filled: 0,
+            last: None,
+        })
+    }
+
+    /// Words written so far.
+    pub(crate) fn words(&self) -> usize {
+        self.filled
+    }
+
+    /// The last word written.
+    pub(crate) fn last(&self) -> Option<u64> {
+        self.last
+    }
+
+    /// Writes the next words, `bytes` as little-endian `u64`s (a multiple of 8 bytes).
+    ///
+    /// # Panics
+    /// If the words do not fit: the caller asked for as many as the file holds.
+    pub(crate) fn push_le_bytes(&mut self, bytes: &[u8]) {
+        let n = bytes.len() / 8;
+        assert!(
+            bytes.len() % 8 == 0 && self.filled + n <= self.len * T::WORDS,
+            "more words than the fill was made for"
+        );
+        let words = self.ptr.as_ptr().cast::<u64>();
+        for (i, c) in bytes.chunks_exact(8).enumerate() {
+            let w = u64::from_le_bytes(c.try_into().unwrap());
+            // SAFETY: `filled + i < len · T::WORDS` (asserted above), so the word lies inside
+            // the allocation; a T is `T::WORDS` u64-sized atomics with no padding (an
+            // `AtomicU64` has a `u64`'s size, alignment and representation), so writing
+            // a `u64` there initialises one of them.
+            unsafe { words.add(self.filled + i).write(w) };
+            self.last = Some(w);
+        }
+        self.filled += n;
+    }
+
+    /// The array: the words written, then zeros to the end of the last element.
+    pub(crate) fn finish(self) -> Box<[T]> {
+        let this = std::mem::ManuallyDrop::new(self);
+        let words = this.ptr.as_ptr().cast::<u64>();
+        for i in this.filled..this.len * T::WORDS {
+            // SAFETY: inside the allocation, as in `push_le_bytes`.
+            unsafe { words.add(i).write(0) };
+        }
+        if this.len == 0 {
+            return Box::new([]);
+        }
+        // SAFETY: `ptr` is a live allocation of exactly `Layout::array::<T>(len)` (the layout
+        // `Box<[T]>` frees with), every word of it is now written (the first `filled` by
+        // `push_le_bytes`, the rest above), and any bytes are a valid T (`ZeroValid`:
+        // atomics of plain integers). Ownership passes to the Box; `this` is not dropped.
+        unsafe {
+            Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                this.ptr.as_ptr(),
+                this.len,
+            ))
+        }
+    }
+}
+
+#[cfg(not(loom))]
+#[allow(unsafe_code)]
+impl<T: WordElement> Drop for WordFill<T> {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            let layout = std::alloc::Layout::array::<T>(self.len).expect("checked by new");
+            // SAFETY: allocated by `new` with this layout and not handed to a Box (`finish`
+            // does not drop); nothing reads the words, written or not.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr().cast(), layout) };
+        }
+    }
+}
+
+/// Under loom the atomics must be made by loom's constructors: the words are collected,
+/// then turned into elements.
+#[cfg(loom)]
+pub(crate) struct WordFill<T: WordElement> {
+    words: Vec<u64>,
+    len: usize,
+    _element: std::marker::PhantomData<T>,
+}
+
+#[cfg(loom)]
+impl<T: WordElement> WordFill<T> {
+    pub(crate) fn new(words: usize) -> Option<Self> {
+        Some(Self {
+            words: Vec::new(),
+            len: words.div_ceil(T::WORDS),
+            _element: std::marker::PhantomData,
+        })
+    }
+
+    pub(crate) fn words(&self) -> usize {
+        self.words.len()
+    }
+
+    pub(crate) fn last(&self) -> Option<u64> {
+        self.words.last().copied()
+    }
+
+    pub(crate) fn push_le_bytes(&mut self, bytes: &[u8]) {
+        self.words.extend(
+            bytes
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap())),
+        );
+        assert!(self.words.len() <= self.len * T::WORDS);
+    }
+
+    pub(crate) fn finish(mut self) -> Box<[T]> {
+        self.words.resize(self.len * T::WORDS, 0);
+        self.words
+            .chunks_exact(T::WORDS)
+            .map(T::from_words)
+            .collect()
+    }
 }
 
 /// A zeroed array. Large ones are, on Linux, advised onto 2 MiB transparent huge pages
@@ -183,10 +371,12 @@ fn zeroed_slice<T: ZeroValid + LoomZero>(len: usize) -> Box<[T]> {
     (0..len).map(|_| T::zero()).collect()
 }
 
-/// A zero value built with loom's constructors (loom's atomics must be created through them).
+/// A zero value, or one of given words, built with loom's constructors (loom's atomics must
+/// be created through them).
 #[cfg(loom)]
-trait LoomZero {
+pub(crate) trait LoomZero {
     fn zero() -> Self;
+    fn from_words(words: &[u64]) -> Self;
 }
 
 #[cfg(loom)]
@@ -194,12 +384,18 @@ impl LoomZero for AtomicU64 {
     fn zero() -> Self {
         AtomicU64::new(0)
     }
+    fn from_words(words: &[u64]) -> Self {
+        AtomicU64::new(words[0])
+    }
 }
 
 #[cfg(loom)]
 impl LoomZero for Line {
     fn zero() -> Self {
         Line(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
+    fn from_words(words: &[u64]) -> Self {
+        Line(std::array::from_fn(|i| AtomicU64::new(words[i])))
     }
 }
 

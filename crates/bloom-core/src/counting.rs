@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use crate::bit_vector::BitVector;
+use crate::bit_vector::{BitVector, WordFill};
 use crate::builder::{Builder, Parts};
 use crate::format::{FilterKind, WordBody};
 use crate::hasher::KeyHasher;
@@ -93,7 +93,7 @@ impl CountingBloomFilter {
     }
 
     /// Assembles a validated filter; `words` defaults to all zero counters.
-    pub(crate) fn from_parts(parts: Parts, words: Option<Vec<u64>>) -> Self {
+    pub(crate) fn from_parts(parts: Parts, words: Option<Box<[AtomicU64]>>) -> Self {
         let Parts {
             layout,
             slots: num_slots,
@@ -104,7 +104,7 @@ impl CountingBloomFilter {
         } = parts;
         let num_words = num_slots.div_ceil(PER_WORD) as usize;
         let words = match words {
-            Some(w) => w.into_iter().map(AtomicU64::new).collect(),
+            Some(w) => w,
             None => crate::bit_vector::zeroed_words(num_words),
         };
         Self {
@@ -471,6 +471,7 @@ impl CountingBloomFilter {
 impl WordBody for CountingBloomFilter {
     const KIND: FilterKind = FilterKind::Counting;
     const SLOTS_PER_WORD: u64 = PER_WORD;
+    type Element = AtomicU64;
 
     fn parts(&self) -> Parts {
         Parts {
@@ -487,8 +488,8 @@ impl WordBody for CountingBloomFilter {
         self.words.iter().map(|w| w.load(Relaxed))
     }
 
-    fn from_body(parts: Parts, words: Vec<u64>) -> Self {
-        Self::from_parts(parts, Some(words))
+    fn from_body(parts: Parts, words: WordFill<AtomicU64>) -> Self {
+        Self::from_parts(parts, Some(words.finish()))
     }
 }
 

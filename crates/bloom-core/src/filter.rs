@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use crate::bit_vector::{BitVector, Line};
+use crate::bit_vector::{BitVector, Line, WordFill};
 use crate::builder::{Builder, Parts};
 use crate::format::{FilterKind, WordBody};
 use crate::hasher::{KeyHash, KeyHasher};
@@ -817,6 +817,7 @@ impl BloomFilter {
 impl WordBody for BloomFilter {
     const KIND: FilterKind = FilterKind::Plain;
     const SLOTS_PER_WORD: u64 = BITS_PER_WORD;
+    type Element = Line;
 
     fn parts(&self) -> Parts {
         Parts {
@@ -833,8 +834,8 @@ impl WordBody for BloomFilter {
         self.bits.iter()
     }
 
-    fn from_body(parts: Parts, words: Vec<u64>) -> Self {
-        Self::from_parts(parts, Some(BitVector::from_words(words.into_iter())))
+    fn from_body(parts: Parts, words: WordFill<Line>) -> Self {
+        Self::from_parts(parts, Some(BitVector::from_fill(words)))
     }
 }
 

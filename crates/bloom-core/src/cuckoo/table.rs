@@ -47,18 +47,12 @@ impl Drop for StripeGuard<'_> {
 }
 
 impl Table {
-    /// An empty table of `buckets` buckets, or one holding `body` (the packed words, without
-    /// the spare one, already validated).
-    pub(crate) fn new(buckets: u64, shape: Shape, body: Option<Vec<u64>>) -> Self {
+    /// An empty table of `buckets` buckets, or one holding `words` (the packed words, already
+    /// validated, then the spare one, zero).
+    pub(crate) fn new(buckets: u64, shape: Shape, words: Option<Box<[AtomicU64]>>) -> Self {
         let body_words = Self::body_words(buckets, shape) as usize;
-        let words = match body {
-            Some(body) => body
-                .into_iter()
-                .chain(std::iter::once(0))
-                .map(AtomicU64::new)
-                .collect(),
-            None => crate::bit_vector::zeroed_words(body_words + 1),
-        };
+        let words = words.unwrap_or_else(|| crate::bit_vector::zeroed_words(body_words + 1));
+        debug_assert_eq!(words.len(), body_words + 1);
         let stripes = (buckets / BUCKETS_PER_STRIPE)
             .clamp(1, MAX_STRIPES)
             .next_power_of_two()

@@ -7,9 +7,11 @@ use super::checksum::{CHECKSUM_LEN, Summed};
 use super::header::{FilterKind, HEADER_LEN, KIND_OFFSET, decode_kind, encode, fields};
 use super::{DecodeError, read_up_to};
 use crate::CuckooFilter;
+use crate::bit_vector::WordFill;
 use crate::cuckoo::{MAX_FINGERPRINT_BITS, MIN_FINGERPRINT_BITS, SLOTS, Shape, Table};
 use crate::hasher::KeyHasher;
 use crate::params::MAX_BITS;
+use crate::sync::AtomicU64;
 
 /// Bytes written or read at a time.
 const CHUNK: usize = 64 * 1024;
@@ -111,7 +113,8 @@ impl CuckooHeader {
 
     /// The filter the words describe, once every bucket is one this crate could write and
     /// the bits past the last bucket are 0.
-    fn filter(self, words: Vec<u64>) -> Result<CuckooFilter, DecodeError> {
+    /// The filter of `words`: the body's words, and room for the table's spare word.
+    fn filter(self, words: WordFill<AtomicU64>) -> Result<CuckooFilter, DecodeError> {
         let used = (self.buckets * u64::from(self.shape.bucket_bits())) % 64;
         if let Some(last) = words.last() {
             if used != 0 && last >> used != 0 {
@@ -120,7 +123,7 @@ impl CuckooHeader {
                 ));
             }
         }
-        let table = Table::new(self.buckets, self.shape, Some(words));
+        let table = Table::new(self.buckets, self.shape, Some(words.finish()));
         if !(0..self.buckets).all(|i| self.shape.is_valid(table.load(i))) {
             return Err(DecodeError::Inconsistent(
                 "a bucket's code is not one of the 3,876 nibble multisets",
@@ -198,7 +201,9 @@ impl CuckooFilter {
     /// ```
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, DecodeError> {
         let header = CuckooHeader::decode(bytes)?;
-        let words = super::words::body_of(bytes, header.file_len())?;
+        let body = super::words::body_of(bytes, header.file_len())?;
+        let mut words = super::words::word_fill(header.num_words, 1)?;
+        words.push_le_bytes(body);
         header.filter(words)
     }
 
@@ -218,7 +223,7 @@ impl CuckooFilter {
         let mut head = [0u8; HEADER_LEN];
         let got = read_up_to(r, &mut head)?;
         let header = CuckooHeader::decode(&head[..got])?;
-        let words = super::words::read_body(r, &head, header.num_words, header.file_len(), true)?;
+        let words = super::words::read_staged(r, &head, header.num_words, header.file_len(), 1)?;
         header.filter(words)
     }
 }

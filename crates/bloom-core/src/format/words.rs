@@ -3,9 +3,10 @@
 
 use std::io::{self, Read, Write};
 
-use super::checksum::{CHECKSUM_LEN, Digest, Summed, checksum, digest};
+use super::checksum::{CHECKSUM_LEN, Summed, checksum, digest};
 use super::header::{FilterKind, HEADER_LEN, WordsHeader};
 use super::{DecodeError, read_up_to};
+use crate::bit_vector::{WordElement, WordFill};
 use crate::builder::Parts;
 use crate::{BloomFilter, CountingBloomFilter};
 
@@ -19,13 +20,15 @@ pub(crate) trait WordBody: Sized {
     const KIND: FilterKind;
     /// Slots one 64-bit word holds: W = ceil(m / this).
     const SLOTS_PER_WORD: u64;
+    /// What its word array is made of.
+    type Element: WordElement;
     /// Its settings.
     fn parts(&self) -> Parts;
     /// Its W words, first to last; slot `i` is in word `i / SLOTS_PER_WORD`, least
     /// significant first, and slots at and above m are 0.
     fn body_words(&self) -> impl Iterator<Item = u64> + '_;
-    /// The filter `parts` and `words` describe, both validated.
-    fn from_body(parts: Parts, words: Vec<u64>) -> Self;
+    /// The filter `parts` and `words` describe, both validated (the words all written).
+    fn from_body(parts: Parts, words: WordFill<Self::Element>) -> Self;
 }
 
 fn header_of<F: WordBody>(filter: &F) -> WordsHeader {
@@ -77,14 +80,38 @@ fn write_words<W: Write + ?Sized>(
 /// Parses exactly `bytes` as a file of `F`'s kind.
 pub(crate) fn from_bytes<F: WordBody>(bytes: &[u8]) -> Result<F, DecodeError> {
     let header = WordsHeader::decode(bytes, F::KIND, F::SLOTS_PER_WORD)?;
-    let words = body_of(bytes, file_len(&header))?;
+    let body = body_of(bytes, file_len(&header))?;
+    let mut words = word_fill(header.num_words, 0)?;
+    words.push_le_bytes(body);
     check_tail::<F>(&header, &words)?;
     Ok(F::from_body(header.parts, words))
 }
 
-/// The words of a file of `header + 8·W + checksum` bytes that must be exactly `needed` long:
-/// its length and its checksum checked (for every kind whose body is words).
-pub(crate) fn body_of(bytes: &[u8], needed: u64) -> Result<Vec<u64>, DecodeError> {
+/// An array for a body of `num_words` words plus `spare` zero words; an error if the
+/// allocator refuses it (a header that claims more than this machine can hold).
+pub(crate) fn word_fill<T: WordElement>(
+    num_words: u64,
+    spare: usize,
+) -> Result<WordFill<T>, DecodeError> {
+    usize::try_from(num_words)
+        .ok()
+        .and_then(|n| n.checked_add(spare))
+        .and_then(WordFill::new)
+        .ok_or_else(|| {
+            DecodeError::Io(io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                format!(
+                    "cannot allocate the {} bytes the header promises",
+                    num_words.saturating_mul(8)
+                ),
+            ))
+        })
+}
+
+/// The body (the words' bytes) of a file of `header + 8·W + checksum` bytes that must be
+/// exactly `needed` long: its length and its checksum checked (for every kind whose body is
+/// words).
+pub(crate) fn body_of(bytes: &[u8], needed: u64) -> Result<&[u8], DecodeError> {
     let available = bytes.len() as u64;
     if available < needed {
         return Err(DecodeError::Truncated { needed, available });
@@ -100,22 +127,60 @@ pub(crate) fn body_of(bytes: &[u8], needed: u64) -> Result<Vec<u64>, DecodeError
     if stored != computed {
         return Err(DecodeError::ChecksumMismatch { stored, computed });
     }
-    Ok(bytes[HEADER_LEN..body_end]
-        .chunks_exact(8)
-        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
-        .collect())
+    Ok(&bytes[HEADER_LEN..body_end])
 }
 
-/// Reads one file of `F`'s kind from `r`, which must end right after it. The words grow only
-/// as data arrives, so a header that claims a huge filter cannot make it allocate more than
-/// the input backs.
+/// Reads one file of `F`'s kind from `r`, which must end right after it. The words go
+/// straight into the filter's array, whose memory is committed only as data arrives
+/// ([`WordFill`]), so a header that claims a huge filter cannot make it take more than the
+/// input backs.
 fn read_from<F: WordBody, R: Read + ?Sized>(r: &mut R) -> Result<F, DecodeError> {
     let mut header_bytes = [0u8; HEADER_LEN];
     let got = read_up_to(r, &mut header_bytes)?;
     let header = WordsHeader::decode(&header_bytes[..got], F::KIND, F::SLOTS_PER_WORD)?;
-    let words = read_body(r, &header_bytes, header.num_words, file_len(&header), true)?;
+    let words = read_staged(r, &header_bytes, header.num_words, file_len(&header), 0)?;
     check_tail::<F>(&header, &words)?;
     Ok(F::from_body(header.parts, words))
+}
+
+/// Bytes of one staging buffer: glibc's largest `mmap` threshold, so each full one is its
+/// own mapping and freeing it gives its pages back at once.
+const STAGE: usize = 32 << 20;
+
+/// Reads a body like [`read_body`], staged in buffers of at most [`STAGE`] bytes allocated
+/// as the data arrives, then moves it into the filter's word array (plus `spare` zero words),
+/// freeing each buffer once it is copied. So a header that claims a huge filter makes it
+/// allocate no more than the input backs (and one buffer), and the filter's array, allocated
+/// uninitialised, takes its pages as the buffers give theirs back: the resident peak while
+/// loading is the filter plus one buffer, not twice the filter (`tests/format.rs`
+/// `a_huge_claimed_size_with_a_tiny_body_is_truncated_without_allocating_it`,
+/// `tests/load_memory.rs` `loading_takes_the_filter_and_one_buffer`).
+pub(crate) fn read_staged<T: WordElement, R: Read + ?Sized>(
+    r: &mut R,
+    header_bytes: &[u8; HEADER_LEN],
+    num_words: u64,
+    needed: u64,
+    spare: usize,
+) -> Result<WordFill<T>, DecodeError> {
+    let mut left = num_words * 8;
+    let mut stages: Vec<Vec<u8>> = Vec::new();
+    read_body(r, header_bytes, num_words, needed, |mut body| {
+        while !body.is_empty() {
+            if stages.last().is_none_or(|s| s.len() == s.capacity()) {
+                stages.push(Vec::with_capacity(left.min(STAGE as u64) as usize));
+            }
+            let stage = stages.last_mut().expect("pushed above");
+            let take = (stage.capacity() - stage.len()).min(body.len());
+            stage.extend_from_slice(&body[..take]);
+            left -= take as u64;
+            body = &body[take..];
+        }
+    })?;
+    let mut words = word_fill(num_words, spare)?;
+    for stage in stages {
+        words.push_le_bytes(&stage);
+    }
+    Ok(words)
 }
 
 /// Reads one plain filter's file from `r`, which must end right after it, and checks its
@@ -129,23 +194,28 @@ pub(crate) fn check_plain_file<R: Read + ?Sized>(r: &mut R) -> Result<(), Decode
         BloomFilter::KIND,
         BloomFilter::SLOTS_PER_WORD,
     )?;
-    read_body(r, &header_bytes, header.num_words, file_len(&header), false)?;
-    Ok(())
+    read_body(
+        r,
+        &header_bytes,
+        header.num_words,
+        file_len(&header),
+        |_| {},
+    )
 }
 
-/// The `num_words` words after `header_bytes` (already read from `r`), then the checksum of
-/// both, and nothing after it; `needed` is the whole file's length, for the errors. With
-/// `keep` false the words are checked, not kept (the result is empty).
+/// Reads the `num_words` words after `header_bytes` (already read from `r`), handing them
+/// to `each` a chunk of whole words at a time, then the checksum of both, and nothing after
+/// it; `needed` is the whole file's length, for the errors. The words are only good once
+/// this returns `Ok`: the checksum comes last.
 pub(crate) fn read_body<R: Read + ?Sized>(
     r: &mut R,
     header_bytes: &[u8; HEADER_LEN],
     num_words: u64,
     needed: u64,
-    keep: bool,
-) -> Result<Vec<u64>, DecodeError> {
+    mut each: impl FnMut(&[u8]),
+) -> Result<(), DecodeError> {
     let mut digest = digest();
     digest.update(header_bytes);
-    let mut words: Vec<u64> = Vec::new();
     let mut chunk = vec![0u8; CHUNK];
     let mut remaining = num_words * 8;
     while remaining > 0 {
@@ -155,11 +225,8 @@ pub(crate) fn read_body<R: Read + ?Sized>(
             let available = needed - remaining - CHECKSUM_LEN as u64 + got as u64;
             return Err(DecodeError::Truncated { needed, available });
         }
-        if keep {
-            digest_words(&mut digest, &chunk[..got], &mut words);
-        } else {
-            digest.update(&chunk[..got]);
-        }
+        digest.update(&chunk[..got]);
+        each(&chunk[..got]);
         remaining -= got as u64;
     }
     let mut trailer = [0u8; CHECKSUM_LEN];
@@ -178,21 +245,15 @@ pub(crate) fn read_body<R: Read + ?Sized>(
     if read_up_to(r, &mut [0u8; 1])? != 0 {
         return Err(DecodeError::TrailingBytes { extra: 1 });
     }
-    Ok(words)
-}
-
-fn digest_words(digest: &mut Digest, bytes: &[u8], words: &mut Vec<u64>) {
-    digest.update(bytes);
-    words.extend(
-        bytes
-            .chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().unwrap())),
-    );
+    Ok(())
 }
 
 /// Slots past m in the last word are never set by this crate; set ones mean the file was not
 /// written by it (or was corrupted before its checksum was computed).
-fn check_tail<F: WordBody>(header: &WordsHeader, words: &[u64]) -> Result<(), DecodeError> {
+fn check_tail<F: WordBody>(
+    header: &WordsHeader,
+    words: &WordFill<F::Element>,
+) -> Result<(), DecodeError> {
     let used_bits = (header.parts.slots % F::SLOTS_PER_WORD) * (64 / F::SLOTS_PER_WORD);
     match words.last() {
         Some(last) if used_bits != 0 && last >> used_bits != 0 => Err(DecodeError::Inconsistent(
