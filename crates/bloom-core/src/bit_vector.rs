@@ -159,7 +159,8 @@ impl WordElement for Line {
 /// fill dropped before [`finish`](Self::finish) frees it unread. Rules: every word up to
 /// the end of the last element is written before the array is read (`push` for the first
 /// `words`, zeros by `finish` for the rest), and a fill never takes more words than it was
-/// made for (`format::tests`, `tests/format.rs` `loading_allocates_the_filter_once`).
+/// made for (every kind's round trip, truncation and bit-flip tests; `tests/load_memory.rs`
+/// `loading_takes_the_filter_and_one_buffer`).
 #[cfg(not(loom))]
 pub(crate) struct WordFill<T: WordElement> {
     /// `len` elements, `len · T::WORDS` words, the first `filled` of them written.

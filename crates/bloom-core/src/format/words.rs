@@ -130,9 +130,8 @@ pub(crate) fn body_of(bytes: &[u8], needed: u64) -> Result<&[u8], DecodeError> {
     Ok(&bytes[HEADER_LEN..body_end])
 }
 
-/// Reads one file of `F`'s kind from `r`, which must end right after it. The words go
-/// straight into the filter's array, whose memory is committed only as data arrives
-/// ([`WordFill`]), so a header that claims a huge filter cannot make it take more than the
+/// Reads one file of `F`'s kind from `r`, which must end right after it, through
+/// [`read_staged`]: a header that claims a huge filter cannot make it take more than the
 /// input backs.
 fn read_from<F: WordBody, R: Read + ?Sized>(r: &mut R) -> Result<F, DecodeError> {
     let mut header_bytes = [0u8; HEADER_LEN];
