@@ -5,56 +5,14 @@
 //! a subscriber, as in `typed_keys.rs`.
 
 use std::convert::Infallible;
-use std::io;
-use std::sync::{Arc, Mutex, OnceLock};
 
 use bloom_tower::{BloomFilter, BloomGuard, SharedFilter, key};
 use http::{Request, Response, StatusCode};
 use tower::{Layer, ServiceExt, service_fn};
 
-/// Every line the crate logs, for the whole test binary (tests run in parallel: each one
-/// names its guard and reads only its lines).
-fn logs() -> &'static Mutex<String> {
-    static LOGS: OnceLock<Arc<Mutex<String>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let logs = Arc::new(Mutex::new(String::new()));
-        let sink = Arc::clone(&logs);
-        tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::WARN)
-            .with_ansi(false)
-            .with_writer(move || Sink(Arc::clone(&sink)))
-            .init();
-        logs
-    })
-}
-
-struct Sink(Arc<Mutex<String>>);
-
-impl io::Write for Sink {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap()
-            .push_str(&String::from_utf8_lossy(bytes));
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-/// The WARN lines that name `guard`.
-fn warnings_of(guard: &str) -> Vec<String> {
-    let needle = format!("guard={guard} ");
-    logs()
-        .lock()
-        .unwrap()
-        .lines()
-        .filter(|line| line.contains(" WARN ") && line.contains(&needle))
-        .map(str::to_owned)
-        .collect()
-}
+#[path = "support/logs.rs"]
+mod logs;
+use logs::{logs, warnings_of};
 
 const SEED: u128 = 0x5EED;
 

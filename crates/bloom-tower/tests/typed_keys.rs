@@ -5,9 +5,7 @@
 //! client, and the crate's real `tracing` events captured by a subscriber.
 #![cfg(feature = "axum")]
 
-use std::io;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, OnceLock};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -20,49 +18,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
-/// Every line the crate logs, for the whole test binary (tests run in parallel: each one
-/// names its guard and reads only its lines).
-fn logs() -> &'static Mutex<String> {
-    static LOGS: OnceLock<Arc<Mutex<String>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let logs = Arc::new(Mutex::new(String::new()));
-        let sink = Arc::clone(&logs);
-        tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::WARN)
-            .with_ansi(false)
-            .with_writer(move || Sink(Arc::clone(&sink)))
-            .init();
-        logs
-    })
-}
-
-struct Sink(Arc<Mutex<String>>);
-
-impl io::Write for Sink {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap()
-            .push_str(&String::from_utf8_lossy(bytes));
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-/// The WARN lines that name `guard`.
-fn warnings_of(guard: &str) -> Vec<String> {
-    let needle = format!("guard={guard} ");
-    logs()
-        .lock()
-        .unwrap()
-        .lines()
-        .filter(|line| line.contains(" WARN ") && line.contains(&needle))
-        .map(str::to_owned)
-        .collect()
-}
+#[path = "support/logs.rs"]
+mod logs;
+use logs::{logs, warnings_of};
 
 fn filter<K: ?Sized>(seed: u128) -> SharedFilter<K> {
     SharedFilter::builder().name("users").build(
