@@ -1,11 +1,12 @@
 //! A fleet of hundreds: 300 idle instances in this one process share one small filter through
-//! one `redis-server`, with the library's default settings. Once all have joined and are
-//! fresh, 60 s idle must cost each instance the same as in a fleet of three: no stale period
-//! anywhere, at most 128 KiB per minute into and out of Redis per instance, at most 0.3 % of a
-//! core per instance in this process, and at most 10 % of a core in redis-server.
+//! one `redis-server`, with the library's default settings. Every instance joins, every view
+//! is fresh soon after the last join, and 60 s idle hold no stale period anywhere: no view
+//! waits on a fleet this size.
 //!
-//! The measuring is `common/idle_fleet.rs`, shared with `benches/fleet_idle.rs` (which prints
-//! the same figures for N = 3, 30, 300). The figures are printed before anything is asserted:
+//! This test asserts behaviour only. What the idle fleet costs (bytes into and out of Redis,
+//! CPU of this process and of redis-server) is measured by `benches/fleet_idle.rs`, which runs
+//! the same `common/idle_fleet.rs` for N = 3, 30, 300; its figures are in `benches/README.md`.
+//! This test prints them too, for information only:
 //! `cargo test --release -p bloomguard-redis --test fleet_scale -- --nocapture`.
 
 mod common;
@@ -15,10 +16,9 @@ mod idle_fleet;
 use std::time::Duration;
 
 const N: usize = 300;
-const KIB: f64 = 1024.0;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_hundred_idle_instances_stay_fresh_at_a_flat_cost() {
+async fn three_hundred_idle_instances_join_and_stay_fresh() {
     let Some(server) = common::start() else {
         return;
     };
@@ -35,7 +35,7 @@ async fn three_hundred_idle_instances_stay_fresh_at_a_flat_cost() {
         report.details()
     );
 
-    // Every bound checked, every miss reported at once.
+    // Every behaviour checked, every miss reported at once.
     let mut misses = Vec::new();
     if report.joined != N {
         misses.push(format!("{} of {N} instances joined", report.joined));
@@ -59,33 +59,9 @@ async fn three_hundred_idle_instances_stay_fresh_at_a_flat_cost() {
             report.not_fresh_at_end
         ));
     }
-    if report.into_redis_per_minute > 128.0 * KIB {
-        misses.push(format!(
-            "into Redis: {} per instance per minute (at most 128 KiB)",
-            idle_fleet::human(report.into_redis_per_minute)
-        ));
-    }
-    if report.out_of_redis_per_minute > 128.0 * KIB {
-        misses.push(format!(
-            "out of Redis: {} per instance per minute (at most 128 KiB)",
-            idle_fleet::human(report.out_of_redis_per_minute)
-        ));
-    }
-    if report.cpu_per_instance > 0.3 {
-        misses.push(format!(
-            "this process: {:.3} % of a core per instance (at most 0.3 %)",
-            report.cpu_per_instance
-        ));
-    }
-    if report.redis_cpu > 10.0 {
-        misses.push(format!(
-            "redis-server: {:.1} % of a core (at most 10 %)",
-            report.redis_cpu
-        ));
-    }
     assert!(
         misses.is_empty(),
-        "{N} idle instances, {} bound(s) missed:\n{}",
+        "{N} idle instances, {} check(s) failed:\n{}",
         misses.len(),
         misses.join("\n")
     );
