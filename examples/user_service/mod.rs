@@ -441,6 +441,13 @@ impl App {
         if let Some(pending) = pending {
             pending.committed().await;
         }
+        // With `--redis`, before the 201: every instance has the id (and has dropped any "not
+        // found" it cached for it), or, if Redis did not answer, the follow bound has passed,
+        // so that every instance holds the row as the fleet's follower read it. A read of the
+        // new user on any instance then finds it (R1, R5 in docs/REDIS-SYNC.md).
+        if let Some(sync) = sync {
+            let _ = sync.visible().await;
+        }
         Ok(user)
     }
 

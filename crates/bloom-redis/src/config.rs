@@ -48,6 +48,7 @@ pub struct RedisSyncBuilder {
     pub(crate) member_timeout: Duration,
     pub(crate) on_stale: StalePolicy,
     pub(crate) publish_timeout: Option<Duration>,
+    pub(crate) confirm_timeout: Duration,
     pub(crate) min_rebuild_fraction: f64,
     pub(crate) refill_below: f64,
     pub(crate) warm_start: bool,
@@ -67,6 +68,7 @@ impl fmt::Debug for RedisSyncBuilder {
             .field("heartbeat", &self.heartbeat)
             .field("stale_after", &self.stale_after)
             .field("on_stale", &self.on_stale)
+            .field("confirm_timeout", &self.confirm_timeout)
             .field("warm_start", &self.warm_start)
             .finish_non_exhaustive()
     }
@@ -93,6 +95,7 @@ impl RedisSyncBuilder {
             member_timeout: Duration::from_secs(30),
             on_stale: StalePolicy::LetThrough,
             publish_timeout: None,
+            confirm_timeout: Duration::from_millis(50),
             min_rebuild_fraction: 0.5,
             refill_below: 0.9,
             warm_start: false,
@@ -182,6 +185,24 @@ impl RedisSyncBuilder {
     /// ```
     pub fn publish_timeout(mut self, timeout: Duration) -> Self {
         self.publish_timeout = Some(timeout);
+        self
+    }
+
+    /// How long a would-be rejection waits for its confirmation (default 50 ms): a ping of
+    /// this instance, sent after the rejection began, back on its subscription (R1 in
+    /// `docs/REDIS-SYNC.md`; usually one round trip). Past it the stale policy decides, and the
+    /// view is stale until a ping comes back, so later rejections do not wait. Hits never
+    /// wait; concurrent rejections share one ping, at most one per millisecond.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use bloom_redis::RedisSync;
+    ///
+    /// let builder = RedisSync::builder("redis://127.0.0.1/").confirm_timeout(Duration::from_millis(20));
+    /// # let _ = builder;
+    /// ```
+    pub fn confirm_timeout(mut self, timeout: Duration) -> Self {
+        self.confirm_timeout = timeout;
         self
     }
 
@@ -428,6 +449,13 @@ impl RedisSyncBuilder {
     /// # Ok(()) }
     /// ```
     pub async fn connect<K: ?Sized>(self, filter: &SharedFilter<K>) -> Result<RedisSync<K>, Error> {
+        if self.effective_publish_timeout() < self.stale_after {
+            // R7: a create that goes on after a publish timeout is acknowledged after every
+            // view that waits for its instance's marks went stale.
+            return Err(Error::Config(
+                "publish_timeout must be at least stale_after",
+            ));
+        }
         if self.segment_bytes == 0 || self.segment_bytes % 8 != 0 {
             return Err(Error::Config(
                 "segment_bytes must be a positive multiple of 8",

@@ -15,7 +15,7 @@ pub use config::{RedisSyncBuilder, StalePolicy};
 pub use error::Error;
 pub use filter_store::RedisFilterStore;
 pub use stats::{Rebuilt, ReconcileReport, RedisStats};
-pub use sync::RedisSync;
+pub use sync::{RedisSync, Visible};
 
 /// Metrics emitted through the [`metrics`](https://docs.rs/metrics) facade, labelled
 /// `prefix` (the key prefix). Only with the `metrics` feature (on by default); without it

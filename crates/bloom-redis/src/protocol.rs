@@ -155,6 +155,12 @@ impl Keys {
     pub(crate) fn follow_position(&self) -> String {
         format!("{}:follow:position", self.base)
     }
+    /// STRING `covered bound` (ms) with a TTL: the follower's covered time (every row committed
+    /// before it, in Redis's clock, is in Redis and published) and the follow bound, written
+    /// by the lease holder after every successful step (see `sync::follower`).
+    pub(crate) fn follow_covered(&self) -> String {
+        format!("{}:follow:covered", self.base)
+    }
     /// The hash tag of group `group` of generation `g`.
     fn group(&self, g: u64, group: u64) -> String {
         format!("{{{}:g{g}:{group}}}", self.prefix)

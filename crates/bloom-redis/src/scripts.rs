@@ -368,14 +368,22 @@ return 1
 }
 
 /// Keeps the follow lease `KEYS[1]` if it still holds `ARGV[1]`: refreshes its TTL to `ARGV[2]`
-/// ms and, if `ARGV[3]` is given, stores it as the fleet's follow position `KEYS[2]`. Returns 1,
-/// or 0 when the lease is another instance's (or expired): only the holder moves the position.
+/// ms; if `ARGV[3]` is not empty, stores it as the fleet's follow position `KEYS[2]`; if
+/// `ARGV[4]` is not empty (`covered bound`, ms), stores it as the covered time `KEYS[3]` with
+/// TTL `ARGV[5]` ms, else only refreshes that TTL (a holder whose steps fail keeps the record,
+/// which ages: every view goes stale, R5). Returns 1, or 0 when the lease is another
+/// instance's (or expired): only the holder moves the position and the covered time.
 pub(crate) fn keep_follow_lease() -> Script {
     Script::new(
         r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-if ARGV[3] then redis.call('SET', KEYS[2], ARGV[3]) end
+if ARGV[3] ~= '' then redis.call('SET', KEYS[2], ARGV[3]) end
+if ARGV[4] ~= '' then
+  redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[5])
+else
+  redis.call('PEXPIRE', KEYS[3], ARGV[5])
+end
 return 1
 ",
     )
@@ -414,11 +422,12 @@ end
 }
 
 /// One freshness round of an instance (see `sync::freshness`). KEYS: marks (ZSET), roster
-/// (HASH), roster version. ARGV: the instance's id (16 hex digits), its claim (ms in Redis's
-/// clock, or empty), whether it vouches (`1`: every insert it made before the claim was
-/// published), `member_timeout` (ms), its resync epoch, its tag (16 hex digits), the
-/// channel, its own ping channel, the round's sequence number, whether the pass that made it
-/// vouch for that tag pushed bits (`1`: the others pull when they hear of it).
+/// (HASH), roster version, the follower's covered time. ARGV: the instance's id (16 hex
+/// digits), its claim (ms in Redis's clock, or empty), whether it vouches (`1`: every insert
+/// it made before the claim was published), `member_timeout` (ms), its resync epoch, its tag
+/// (16 hex digits), the channel, its own ping channel, the round's sequence number, whether
+/// the pass that made it vouch for that tag pushed bits (`1`: the others pull when they hear
+/// of it), the round's nonce (16 hex digits), `stale_after` (ms).
 ///
 /// Reads Redis's clock `now`. If it vouches, sets its mark to the smaller of `now` and the
 /// claim, and if its `epoch:tag` differs from its roster entry, records it, bumps the version
@@ -427,7 +436,8 @@ end
 /// [`Kind::Leaving`](crate::protocol::Kind::Leaving) message (expired) for each. Publishes
 /// the ping last, on the instance's own channel: every message published before any mark
 /// this script read reaches the instance before it. Returns `{now, oldest mark, its
-/// instance, marks, roster version}`.
+/// instance, marks, roster version, covered time and follow bound ('' without a follower),
+/// the instances silent for stale_after (at most 64)…}`.
 pub(crate) fn mark() -> Script {
     Script::new(concat!(
         roster_lua!(),
@@ -458,11 +468,29 @@ end
 local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local version = tonumber(redis.call('GET', KEYS[3]) or '0')
 local marks = redis.call('ZCARD', KEYS[1])
+local covered = redis.call('GET', KEYS[4]) or ''
+local silent = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. (now - tonumber(ARGV[12])),
+  'LIMIT', 0, 64)
 redis.call('PUBLISH', ARGV[8], string.char(2, 8) .. le_hex(id) .. le64(0)
-  .. le64(tonumber(ARGV[9])))
-return {now, tonumber(oldest[2] or now), oldest[1] or id, marks, version}
+  .. le64(tonumber(ARGV[9])) .. le_hex(ARGV[11]))
+local out = {tostring(now), tostring(oldest[2] or now), oldest[1] or id, tostring(marks),
+  tostring(version), covered}
+for _, member in ipairs(silent) do out[#out + 1] = member end
+return out
 ",
     ))
+}
+
+/// A confirming ping: publishes `ARGV[2]` on the instance's own channel `ARGV[1]`. `KEYS[1]`
+/// (the marks) only routes it, on a cluster, to the `{prefix}` slot's node, which publishes
+/// every other message of the instance: a ping reaches each subscriber after them.
+pub(crate) fn ping() -> Script {
+    Script::new(
+        r"
+redis.call('PUBLISH', ARGV[1], ARGV[2])
+return 1
+",
+    )
 }
 
 /// The roster, whole: `{version, id, epoch:tag, id, epoch:tag, …}`. KEYS: roster, roster

@@ -110,4 +110,14 @@ pub struct RedisStats {
     /// Whether this instance holds the fleet's follow lease: it is the one reading the
     /// source's changes ([`RedisSync::follow`](crate::RedisSync::follow)).
     pub following: bool,
+    /// Confirming pings sent: what would-be rejections cost Redis beyond the mark rounds
+    /// (one `EVALSHA` and one `PUBLISH` each; see `RedisSyncBuilder::confirm_timeout`).
+    pub confirm_rounds: u64,
+    /// Would-be rejections confirmed: a ping sent after each came back and the view was
+    /// fresh, so the local filter's answer stood.
+    pub confirmed: u64,
+    /// Would-be rejections that waited and could not be confirmed (the ping did not come
+    /// back within `confirm_timeout`, or the view went stale meanwhile): the stale policy
+    /// decided.
+    pub unconfirmed: u64,
 }

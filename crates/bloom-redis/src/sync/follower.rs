@@ -118,9 +118,15 @@ impl Inner {
         let mut stored = follower.position().clone();
         let mut delay = Duration::ZERO;
         let mut failing = false;
+        // The follow bound every view is held to while this instance follows (R5).
+        let bound = (how.interval() + self.cfg.stale_after).as_millis() as u64;
         loop {
             how.wait(delay.min(renew)).await;
-            match follower.step().await {
+            // Before the step's first query: every row committed before it is read by the
+            // step (the `KeySource::watermark` contract); a lower bound on Redis's clock.
+            let started = self.claim();
+            let stepped = follower.step().await;
+            match &stepped {
                 Ok(_) => {
                     if failing {
                         tracing::info!(prefix = %self.prefix, "following the source again");
@@ -136,12 +142,16 @@ impl Inner {
                     delay = (delay * 2).max(how.interval()).min(MAX_BACKOFF);
                 }
             }
-            // The new position is stored only once every key read up to it is in Redis.
+            // The new position is stored only once every key read up to it is in Redis; so
+            // is the covered time, the step's start (R5).
             let moved = follower.position() != &stored;
             let publish_timeout = self.cfg.effective_publish_timeout();
             let persist = moved && self.outbox.wait_published(publish_timeout).await;
             let position = persist.then(|| follower.position().clone());
-            match self.keep_follow_lease(lease, position.as_ref()).await {
+            let covered = started
+                .filter(|_| stepped.is_ok() && (persist || !moved))
+                .map(|started| (started, bound));
+            match self.keep_follow_lease(lease, position.as_ref(), covered).await {
                 Ok(true) => {
                     if let Some(position) = position {
                         stored = position;
@@ -158,19 +168,25 @@ impl Inner {
         }
     }
 
+    /// Renews the lease, storing the position and the covered time (`covered`, `bound`: ms)
+    /// when given.
     async fn keep_follow_lease(
         &self,
         lease: Duration,
         position: Option<&Watermark>,
+        covered: Option<(u64, u64)>,
     ) -> Result<bool, redis::RedisError> {
         let script = scripts::keep_follow_lease();
         let mut call = script.key(self.keys.follow_lease());
         call.key(self.keys.follow_position())
+            .key(self.keys.follow_covered())
             .arg(self.id.to_string())
-            .arg(lease.as_millis() as u64);
-        if let Some(position) = position {
-            call.arg(position.as_bytes());
-        }
+            .arg(lease.as_millis() as u64)
+            .arg(position.map_or(&[][..], Watermark::as_bytes))
+            .arg(covered.map_or_else(String::new, |(at, bound)| format!("{at} {bound}")))
+            // The record outlives a dead holder by `member_timeout`: every view is stale
+            // meanwhile (R5), and a fleet that stopped following falls back to the marks.
+            .arg(self.cfg.member_timeout.as_millis() as u64);
         let kept: i64 = call.invoke_async(&mut self.conn.clone()).await?;
         Ok(kept == 1)
     }

@@ -63,7 +63,10 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicU64,
+    Ordering::{Relaxed, SeqCst},
+};
 use std::time::{Duration, Instant};
 
 use super::inner::{Inner, lock};
@@ -88,7 +91,24 @@ pub(super) struct Freshness {
     /// Milliseconds since `base` until which the view is fresh; 0: stale now.
     fresh_until: AtomicU64,
     view: Mutex<View>,
+    /// The sequence number the next round (a mark round or a confirming ping) takes: a
+    /// round numbered at least what this read was sent after the read.
     next_round: AtomicU64,
+    /// The nonces of the pings in flight, oldest first: a ping that matches none is
+    /// ignored (R4 in `docs/REDIS-SYNC.md`).
+    nonces: Mutex<VecDeque<(u64, u64)>>,
+    /// The highest sequence number whose ping came back (with its nonce).
+    pings_back: tokio::sync::watch::Sender<u64>,
+    /// The newest sequence number a waiting rejection needs a ping of: the confirmer sends
+    /// one unless a round numbered at least this was sent.
+    pub(super) wanted: AtomicU64,
+    /// Woken when a rejection wants a ping.
+    pub(super) confirm_wake: tokio::sync::Notify,
+    /// Non-zero while a ping that a rejection waited for is overdue (not back within
+    /// `confirm_timeout`): its sequence number. The view is stale until a ping numbered at
+    /// least this comes back.
+    overdue: AtomicU64,
+    confirm_timeout: Duration,
     /// Woken when a change of the roster was missed: the watcher reads it at once.
     roster_wanted: tokio::sync::Notify,
     let_through: AtomicU64,
@@ -135,7 +155,7 @@ struct Round {
 }
 
 /// What a mark round read in Redis ([`scripts::mark`]'s reply).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct RoundReply {
     /// Redis's time when the round ran (ms since the Unix epoch).
     pub(super) now: u64,
@@ -145,24 +165,38 @@ pub(super) struct RoundReply {
     /// How many marks there were.
     pub(super) marks: u64,
     pub(super) roster_version: u64,
+    /// While the fleet follows a source: the follower's covered time (ms, Redis's clock: every
+    /// row committed before it is in Redis and published) and the follow bound (ms).
+    pub(super) covered: Option<(u64, u64)>,
+    /// The members whose mark was older than `stale_after` (at most 64): silent.
+    pub(super) silent: Vec<u64>,
 }
 
 impl redis::FromRedisValue for RoundReply {
     fn from_redis_value(v: &redis::Value) -> redis::RedisResult<Self> {
-        let (now, oldest, oldest_member, marks, roster_version): (u64, u64, String, u64, u64) =
-            redis::FromRedisValue::from_redis_value(v)?;
-        let oldest_member = u64::from_str_radix(&oldest_member, 16).map_err(|_| {
-            redis::RedisError::from((
-                redis::ErrorKind::TypeError,
-                "a mark round named an instance that is not 16 hex digits",
-            ))
-        })?;
+        let invalid = |what: &'static str| redis::RedisError::from((redis::ErrorKind::TypeError, what));
+        let mut fields: Vec<String> = redis::FromRedisValue::from_redis_value(v)?;
+        if fields.len() < 6 {
+            return Err(invalid("a mark round replied with fewer than 6 fields"));
+        }
+        let rest = fields.split_off(6);
+        let number = |text: &str| text.parse::<u64>().map_err(|_| invalid("a mark round replied with a field that is not a number"));
+        let instance = |text: &str| {
+            u64::from_str_radix(text, 16)
+                .map_err(|_| invalid("a mark round named an instance that is not 16 hex digits"))
+        };
+        let covered = match fields[5].split_once(' ') {
+            Some((at, bound)) => Some((number(at)?, number(bound)?)),
+            None => None,
+        };
         Ok(Self {
-            now,
-            oldest,
-            oldest_member,
-            marks,
-            roster_version,
+            now: number(&fields[0])?,
+            oldest: number(&fields[1])?,
+            oldest_member: instance(&fields[2])?,
+            marks: number(&fields[3])?,
+            roster_version: number(&fields[4])?,
+            covered,
+            silent: rest.iter().map(|id| instance(id)).collect::<Result<_, _>>()?,
         })
     }
 }
@@ -204,6 +238,10 @@ struct Member {
 /// comes back covers it).
 const ROUNDS_IN_FLIGHT: usize = 16;
 
+/// At most this many pings' nonces are kept; an older ping that comes back after is ignored
+/// (a newer one covers it).
+const PINGS_IN_FLIGHT: usize = 256;
+
 /// The view's state, for [`RedisSync::stats`](crate::RedisSync::stats).
 pub(super) struct Report {
     pub(super) fresh: bool,
@@ -230,6 +268,12 @@ impl Freshness {
             fresh_until: AtomicU64::new(0),
             view: Mutex::new(View::default()),
             next_round: AtomicU64::new(1),
+            nonces: Mutex::new(VecDeque::new()),
+            pings_back: tokio::sync::watch::Sender::new(0),
+            wanted: AtomicU64::new(0),
+            confirm_wake: tokio::sync::Notify::new(),
+            overdue: AtomicU64::new(0),
+            confirm_timeout: cfg.confirm_timeout,
             roster_wanted: tokio::sync::Notify::new(),
             let_through: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
@@ -247,11 +291,9 @@ impl Freshness {
         self.now() <= self.fresh_until.load(Relaxed)
     }
 
-    /// The rejection override: whether a key the filter would reject is let through.
-    pub(super) fn let_through(&self) -> bool {
-        if self.is_fresh() {
-            return false;
-        }
+    /// The stale policy, for a would-be rejection this view cannot confirm: whether it is let
+    /// through (counted either way).
+    pub(super) fn stale_policy_lets_through(&self) -> bool {
         let allowed = match self.policy {
             StalePolicy::LetThrough => true,
             StalePolicy::ServeLocal => false,
@@ -302,9 +344,44 @@ impl Freshness {
         (self.vouched.load(Relaxed), self.pushed.load(Relaxed))
     }
 
-    /// A mark round is being sent: its sequence number, for its ping.
-    pub(super) fn round_sent(&self) -> u64 {
-        let seq = self.next_round.fetch_add(1, Relaxed);
+    /// A ping is being sent (a confirming one, or a mark round's): its sequence number and
+    /// nonce.
+    pub(super) fn ping_sent(&self) -> (u64, u64) {
+        let seq = self.next_round.fetch_add(1, SeqCst);
+        let nonce = super::inner::random_id();
+        let mut nonces = lock(&self.nonces);
+        if nonces.len() == PINGS_IN_FLIGHT {
+            nonces.pop_front();
+        }
+        nonces.push_back((seq, nonce));
+        (seq, nonce)
+    }
+
+    /// The sequence number the next round takes: one numbered at least this is sent after
+    /// the call.
+    pub(super) fn next_seq(&self) -> u64 {
+        self.next_round.load(SeqCst)
+    }
+
+    /// Waits until a ping numbered at least `needed` is back, at most `confirm_timeout`:
+    /// then (R1) everything published before it was sent has reached this instance.
+    /// `false`: overdue, and the view is stale until one comes back (R3).
+    pub(super) async fn ping_back_after(&self, needed: u64) -> bool {
+        let mut back = self.pings_back.subscribe();
+        let came = tokio::time::timeout(self.confirm_timeout, back.wait_for(|&seq| seq >= needed));
+        if matches!(came.await, Ok(Ok(_))) {
+            return true;
+        }
+        if self.overdue.fetch_max(needed, SeqCst) == 0 {
+            let now = self.now();
+            self.evaluate(&mut lock(&self.view), now);
+        }
+        false
+    }
+
+    /// A mark round is being sent: its sequence number and nonce, for its ping.
+    pub(super) fn round_sent(&self) -> (u64, u64) {
+        let (seq, nonce) = self.ping_sent();
         let sent = self.now();
         let mut view = lock(&self.view);
         if view.rounds.len() == ROUNDS_IN_FLIGHT {
@@ -316,7 +393,7 @@ impl Freshness {
             reply: None,
             ping_back: false,
         });
-        seq
+        (seq, nonce)
     }
 
     /// Round `seq`'s script ran and replied. `true` if the roster is to be read whole.
@@ -324,9 +401,33 @@ impl Freshness {
         self.round_progress(seq, |round| round.reply = Some(reply))
     }
 
-    /// Round `seq`'s ping came back on our own channel. `true` if the roster is to be read
-    /// whole.
-    pub(super) fn ping_back(&self, seq: u64) -> bool {
+    /// A ping came back on our own channel: ignored unless `(seq, nonce)` is one of ours in
+    /// flight (R4). `true` if the roster is to be read whole.
+    pub(super) fn ping_back(&self, seq: u64, nonce: u64) -> bool {
+        {
+            let mut nonces = lock(&self.nonces);
+            let Some(index) = nonces.iter().position(|&sent| sent == (seq, nonce)) else {
+                return false;
+            };
+            // Pings come back in the order they ran: older ones are not coming.
+            nonces.drain(..=index);
+        }
+        self.pings_back.send_if_modified(|back| {
+            let newer = seq > *back;
+            *back = (*back).max(seq);
+            newer
+        });
+        let overdue = self.overdue.load(SeqCst);
+        if overdue != 0
+            && seq >= overdue
+            && self
+                .overdue
+                .compare_exchange(overdue, 0, SeqCst, SeqCst)
+                .is_ok()
+        {
+            let now = self.now();
+            self.evaluate(&mut lock(&self.view), now);
+        }
         self.round_progress(seq, |round| round.ping_back = true)
     }
 
@@ -338,7 +439,7 @@ impl Freshness {
         };
         progress(&mut view.rounds[index]);
         let round = &view.rounds[index];
-        let (Some(reply), true) = (round.reply, round.ping_back) else {
+        let (Some(reply), true) = (round.reply.clone(), round.ping_back) else {
             return false;
         };
         let sent = round.sent;
@@ -515,6 +616,15 @@ impl Freshness {
         }
     }
 
+    /// Bits arrived for a generation this instance does not know yet: they were not taken,
+    /// so a pull (the pass that adopts it) is owed before the view is fresh again.
+    pub(super) fn owe_pull(&self) {
+        let now = self.now();
+        let mut view = lock(&self.view);
+        view.pull_owed_since.get_or_insert(now);
+        self.evaluate(&mut view, now);
+    }
+
     /// The time a pull begins, to pass to [`pulled`](Self::pulled) once it succeeded.
     pub(super) fn pull_started(&self) -> u64 {
         self.now()
@@ -565,7 +675,22 @@ impl Freshness {
         if view.pull_owed_since.is_some() {
             return (
                 0,
-                stale("pulling what was published while unsubscribed".into(), true),
+                stale(
+                    "pulling what it may have missed (published while it was not subscribed, \
+                     or bits of a generation it has not adopted yet)"
+                        .into(),
+                    true,
+                ),
+            );
+        }
+        if self.overdue.load(SeqCst) != 0 {
+            return (
+                0,
+                stale(
+                    "a ping a rejection waited for has not come back within confirm_timeout"
+                        .into(),
+                    false,
+                ),
             );
         }
         if view.publishing_failed {
@@ -590,8 +715,11 @@ impl Freshness {
             );
         }
         let vouched = self.vouched.load(Relaxed);
+        let anchored = last.reply.covered;
         for (&id, member) in &view.members {
-            if member.tag != vouched {
+            // With a follower, a silent member owes nothing the follower does not bring (R6).
+            let silent = anchored.is_some() && id != self.me && last.reply.silent.contains(&id);
+            if member.tag != vouched && !silent {
                 let reason = if id == self.me {
                     "its announcement since it reconciled with Redis's current data has not \
                      come back"
@@ -621,9 +749,32 @@ impl Freshness {
                 ),
             );
         }
-        // Fresh until the oldest mark the last round read is `stale_after` old, counted from
-        // when the round was sent (Redis's clock had not passed `now` then).
-        let reply = last.reply;
+        let reply = &last.reply;
+        if let Some((covered, bound)) = reply.covered {
+            // With a follower (R5, R6): fresh until the covered time is the follow bound old by
+            // an upper bound on Redis's clock (its time in the reply, plus ours since the round
+            // was sent); the marks bound nothing.
+            let age = reply.now.saturating_sub(covered);
+            let until = (last.sent + bound).saturating_sub(age);
+            if now <= until {
+                return (until, None);
+            }
+            let reason = if age > bound {
+                format!(
+                    "the follower has not read the source for {age} ms (the follow bound is \
+                     {bound} ms)"
+                )
+            } else {
+                format!(
+                    "its own mark rounds have not come back for {} ms",
+                    now - last.sent
+                )
+            };
+            return (until, stale(reason, false));
+        }
+        // Without a follower (R7): fresh until the oldest mark the last round read is
+        // `stale_after` old, counted from when the round was sent (Redis's clock had not
+        // passed `now` then).
         let age = reply.now.saturating_sub(reply.oldest);
         let until = (last.sent + self.stale_after).saturating_sub(age);
         if now <= until {
@@ -823,9 +974,13 @@ mod tests {
     /// A mark round that found the oldest mark (`whose`) `age` ms old and the roster at
     /// `version`, replied and pinged back.
     fn round(freshness: &Freshness, age: u64, whose: u64, version: u64) {
-        let seq = freshness.round_sent();
-        freshness.round_replied(seq, reply(age, whose, version));
-        freshness.ping_back(seq);
+        round_with(freshness, reply(age, whose, version));
+    }
+
+    fn round_with(freshness: &Freshness, reply: RoundReply) {
+        let (seq, nonce) = freshness.round_sent();
+        freshness.round_replied(seq, reply);
+        freshness.ping_back(seq, nonce);
     }
 
     fn reply(age: u64, whose: u64, version: u64) -> RoundReply {
@@ -835,6 +990,18 @@ mod tests {
             oldest_member: whose,
             marks: 1,
             roster_version: version,
+            covered: None,
+            silent: Vec::new(),
+        }
+    }
+
+    /// A round that read, with a follower, its covered time `covered_age` ms old against a
+    /// follow bound of `bound` ms, and `silent` members (the oldest mark `mark_age` old).
+    fn followed(mark_age: u64, covered_age: u64, bound: u64, silent: &[u64]) -> RoundReply {
+        RoundReply {
+            covered: Some((REDIS_NOW - covered_age, bound)),
+            silent: silent.to_vec(),
+            ..reply(mark_age, OTHER, 2)
         }
     }
 
@@ -934,18 +1101,18 @@ mod tests {
         let freshness = reconciled("dataset/run-1");
         std::thread::sleep(STALE_AFTER + Duration::from_millis(10));
         assert!(!freshness.is_fresh());
-        let seq = freshness.round_sent();
+        let (seq, nonce) = freshness.round_sent();
         freshness.round_replied(seq, reply(0, ME, 1));
         assert!(
             !freshness.is_fresh(),
             "what the marks vouch for may still be on its way"
         );
-        freshness.ping_back(seq);
+        freshness.ping_back(seq, nonce);
         assert!(freshness.is_fresh());
         // A ping alone (its reply lost with a connection) proves nothing either.
         std::thread::sleep(STALE_AFTER + Duration::from_millis(10));
-        let seq = freshness.round_sent();
-        freshness.ping_back(seq);
+        let (seq, nonce) = freshness.round_sent();
+        freshness.ping_back(seq, nonce);
         assert!(!freshness.is_fresh());
     }
 
@@ -1074,5 +1241,78 @@ mod tests {
         assert_eq!(warned(&freshness), Some(true));
         let reason = freshness.report().reason.unwrap_or_default();
         assert!(reason.contains("have not come back for"), "{reason}");
+    }
+
+    #[test]
+    fn with_a_follower_a_silent_member_holds_no_view_stale() {
+        let freshness = with_other("dataset/run-1");
+        // Without a follower, the other instance's old mark holds the view stale (R7)...
+        round(&freshness, 5_000, OTHER, 2);
+        assert!(!freshness.is_fresh());
+        // ...with one whose covered time is recent, it does not (R6): whatever it can still
+        // owe is a committed row, which the follower brings.
+        round_with(&freshness, followed(5_000, 0, 100, &[OTHER]));
+        assert!(freshness.is_fresh(), "{:?}", freshness.report().reason);
+        // Redis restarted: a silent member never vouches for the new data, and is not waited
+        // for; a live one still is.
+        freshness.reconciled_with("dataset/run-2", false);
+        freshness.member(ME, 0, tag_of("dataset/run-2"), 3, true);
+        round_with(
+            &freshness,
+            RoundReply {
+                roster_version: 3,
+                ..followed(5_000, 0, 100, &[OTHER])
+            },
+        );
+        assert!(freshness.is_fresh(), "{:?}", freshness.report().reason);
+        round_with(
+            &freshness,
+            RoundReply {
+                roster_version: 3,
+                ..followed(10, 0, 100, &[])
+            },
+        );
+        assert!(
+            !freshness.is_fresh(),
+            "a live member that has not reconciled with the new data is waited for"
+        );
+    }
+
+    #[test]
+    fn with_a_follower_a_view_is_stale_once_the_source_was_not_read_within_the_bound() {
+        let freshness = with_other("dataset/run-1");
+        // The follower's covered time is older than the follow bound: stale, whatever the
+        // marks say (R5).
+        round_with(&freshness, followed(0, 150, 100, &[]));
+        let report = freshness.report();
+        assert!(!report.fresh);
+        assert!(
+            report
+                .reason
+                .unwrap_or_default()
+                .contains("the follower has not read the source"),
+            "{:?}",
+            freshness.report().reason
+        );
+        // Recent: fresh, until the bound passes without a newer round.
+        round_with(&freshness, followed(0, 40, 100, &[]));
+        assert!(freshness.is_fresh());
+        std::thread::sleep(Duration::from_millis(75));
+        assert!(!freshness.is_fresh(), "40 ms old, then 75 ms on: past 100 ms");
+    }
+
+    #[test]
+    fn a_ping_without_its_nonce_is_ignored() {
+        let freshness = reconciled("dataset/run-1");
+        std::thread::sleep(STALE_AFTER + Duration::from_millis(10));
+        let (seq, nonce) = freshness.round_sent();
+        freshness.round_replied(seq, reply(0, ME, 1));
+        // A forged ping: the right sequence number, another nonce (R4).
+        freshness.ping_back(seq, nonce ^ 1);
+        assert!(!freshness.is_fresh());
+        assert!(*freshness.pings_back.borrow() < seq, "a forged ping confirms nothing");
+        freshness.ping_back(seq, nonce);
+        assert!(freshness.is_fresh());
+        assert_eq!(*freshness.pings_back.borrow(), seq);
     }
 }

@@ -1,13 +1,13 @@
 //! What ties the filter to the synchronisation while it runs: the insert hook (queue the
-//! key's bits), the commit hook (queue its digest), the rejection override (the stale
-//! policy) and the external rebuild ([`RebuildOwner`]), each holding a weak reference.
+//! key's bits), the commit hook (queue its digest), the rejection override (confirmed
+//! rejections, or the stale policy) and the external rebuild ([`RebuildOwner`]), each holding a weak reference.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Weak};
 
 use bloom_tower::key_source::BoxError;
-use bloom_tower::shared_filter::{ErasedKeySource, ExternalRebuild, Reloaded};
+use bloom_tower::shared_filter::{ErasedKeySource, ExternalRebuild, Rejection, Reloaded};
 
 use super::inner::Inner;
 use crate::Rebuilt;
@@ -59,8 +59,10 @@ impl Inner {
         if self.cfg.pubsub {
             let weak: Weak<Self> = Arc::downgrade(self);
             self.filter.set_rejection_override(Some(Arc::new(move || {
-                weak.upgrade()
-                    .is_some_and(|inner| inner.freshness.let_through())
+                match weak.upgrade() {
+                    Some(inner) => inner.rejection(),
+                    None => Rejection::Stands,
+                }
             })));
         }
     }

@@ -63,6 +63,11 @@ pub(super) struct Counters {
     pub(super) refused_switches: AtomicU64,
     pub(super) refills: AtomicU64,
     pub(super) not_propagated: AtomicU64,
+    /// Confirming pings sent ([`confirm`](super::confirm)).
+    pub(super) confirm_rounds: AtomicU64,
+    /// Would-be rejections confirmed, and those that went to the stale policy instead.
+    pub(super) confirmed: AtomicU64,
+    pub(super) unconfirmed: AtomicU64,
 }
 
 impl Inner {

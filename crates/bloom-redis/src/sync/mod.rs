@@ -10,7 +10,9 @@
 //!   and publishes them, followed by a mark round; [`RedisSync::propagated`] waits on it.
 //! * [`subscriber`]: receives the other instances' bits, roster changes and announcements,
 //!   and this instance's own pings.
-//! * [`freshness`]: from the marks, whether this instance's view may be missing inserts
+//! * [`confirm`]: a would-be rejection waits for a ping sent after it began (shared by every
+//!   rejection waiting), so that its "absent" reflects everything published before.
+//! * [`freshness`]: from the marks and the follower's covered time, whether this instance's view may be missing inserts
 //!   made elsewhere, and what a would-be rejection does then ([`StalePolicy`](crate::StalePolicy))
 //!   (`Freshness`).
 //! * [`reconcile`]: the periodic two-way merge with Redis, when it runs and what it compares
@@ -22,6 +24,7 @@
 //! * [`rebuild`]: running a rebuild: lock, acknowledgements, source, checks, switch.
 //! * [`follower`]: one instance of the fleet follows the source's changes, under a lease.
 
+mod confirm;
 mod follower;
 mod freshness;
 mod generations;
@@ -34,4 +37,4 @@ mod redis_sync;
 mod segments;
 mod subscriber;
 
-pub use redis_sync::RedisSync;
+pub use redis_sync::{RedisSync, Visible};

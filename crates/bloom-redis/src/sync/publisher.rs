@@ -50,6 +50,8 @@ pub(super) struct Outbox {
     /// Redis's time in the last mark round's reply, and when that reply arrived: Redis's
     /// time has passed `redis_ms + arrived.elapsed()` since (the claim of the next mark).
     clock: Mutex<Option<(u64, Instant)>>,
+    /// The follow bound (ms) the last mark round read; 0: the fleet follows no source.
+    pub(super) follow_bound: AtomicU64,
 }
 
 impl Default for Outbox {
@@ -61,6 +63,7 @@ impl Default for Outbox {
             needs_push: AtomicBool::new(false),
             epoch: AtomicU64::new(0),
             clock: Mutex::new(None),
+            follow_bound: AtomicU64::new(0),
         }
     }
 }
@@ -169,15 +172,20 @@ impl Inner {
     }
 
     /// The commit hook: queue the key's digest, so the other instances drop any "not found"
-    /// they cached for it (the digest, not the key, goes over the wire).
+    /// they cached for it (the digest, not the key, goes over the wire). It is numbered like
+    /// an insert: [`RedisSync::visible`](super::RedisSync::visible) waits for it.
     pub(super) fn on_commit(&self, key: &[u8]) {
         let digest = self.filter.key_digest(key);
         {
-            let digests = &mut lock(&self.outbox.queue).batch.digests;
-            if digests.len() >= MAX_QUEUED_DIGESTS {
-                digests.remove(0);
+            let mut queue = lock(&self.outbox.queue);
+            queue.numbered += 1;
+            let number = queue.numbered;
+            let batch = &mut queue.batch;
+            if batch.digests.len() >= MAX_QUEUED_DIGESTS {
+                batch.digests.remove(0);
             }
-            digests.push(digest);
+            batch.digests.push(digest);
+            batch.last_insert = number;
         }
         self.outbox.wake.notify_one();
     }
@@ -345,11 +353,12 @@ impl Inner {
             }
             // The round's key routes the whole pipeline, on a cluster, to the `{prefix}`
             // slot's node: what it publishes reaches every subscriber in this order.
-            let seq = self.freshness.round_sent();
+            let (seq, nonce) = self.freshness.round_sent();
             let (vouched, pushed) = self.freshness.vouched();
             let script = scripts::mark();
             let mut round = self.roster_invocation(&script);
             round
+                .key(self.keys.follow_covered())
                 .arg(claim.map_or_else(String::new, |claim| claim.to_string()))
                 .arg(if vouch { "1" } else { "0" })
                 .arg(self.cfg.member_timeout.as_millis() as u64)
@@ -358,7 +367,9 @@ impl Inner {
                 .arg(&channel)
                 .arg(self.keys.ping_channel(self.id))
                 .arg(seq)
-                .arg(if pushed { "1" } else { "0" });
+                .arg(if pushed { "1" } else { "0" })
+                .arg(format!("{nonce:016x}"))
+                .arg(self.cfg.stale_after.as_millis() as u64);
             pipe.invoke_script(&round);
             let mut conn = self.conn.clone();
             let reply: RoundReply = match pipe.query_async::<(RoundReply,)>(&mut conn).await {
@@ -371,6 +382,8 @@ impl Inner {
                 Err(error) => return Err(error.into()),
             };
             *lock(&self.outbox.clock) = Some((reply.now, Instant::now()));
+            let bound = reply.covered.map_or(0, |(_, bound)| bound);
+            self.outbox.follow_bound.store(bound, Relaxed);
             self.freshness.round_replied(seq, reply);
         }
         // What this instance holds of those segments moved with its own writes.
@@ -394,7 +407,7 @@ impl Inner {
 
     /// The claim of a mark round sent now: a time Redis's clock has passed (`None` before
     /// the first reply).
-    fn claim(&self) -> Option<u64> {
+    pub(super) fn claim(&self) -> Option<u64> {
         lock(&self.outbox.clock)
             .map(|(redis_ms, arrived)| redis_ms + arrived.elapsed().as_millis() as u64)
     }

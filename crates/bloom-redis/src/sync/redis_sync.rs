@@ -137,6 +137,7 @@ impl<K: ?Sized> RedisSync<K> {
         if inner.cfg.pubsub {
             tasks.push(tokio::spawn(Arc::clone(&inner).subscriber(client)));
             tasks.push(tokio::spawn(Arc::clone(&inner).watch_freshness()));
+            tasks.push(tokio::spawn(Arc::clone(&inner).confirmer()));
         }
         let sync = Self {
             inner,
@@ -219,6 +220,9 @@ impl<K: ?Sized> RedisSync<K> {
             roster_reads: view.roster_reads,
             not_propagated: c.not_propagated.load(Relaxed),
             following: inner.following.load(Relaxed),
+            confirm_rounds: c.confirm_rounds.load(Relaxed),
+            confirmed: c.confirmed.load(Relaxed),
+            unconfirmed: c.unconfirmed.load(Relaxed),
         }
     }
 
@@ -258,6 +262,56 @@ impl<K: ?Sized> RedisSync<K> {
             .increment(1);
         tracing::warn!(prefix = %self.inner.prefix, ?waited, "inserts not published to Redis in time; the other instances treat their views as stale");
         Err(Error::NotPropagated { waited })
+    }
+
+    /// Waits until every create committed on this instance before the call is seen by every
+    /// instance: call it after the commit (and [`PendingInsert::committed`]), before the
+    /// create is acknowledged. It returns once everything queued before the call (the keys'
+    /// bits and the committed keys' digests, which make the other instances' caches drop
+    /// their "not found") is in Redis and published ([`Visible::Published`]). If Redis does not
+    /// answer in time and the fleet follows a commit-ordered source ([`follow`](Self::follow)),
+    /// it returns once the follow bound has passed since the call ([`Visible::Followed`]):
+    /// every instance whose view is fresh then holds every row committed before the call, as
+    /// the follower read it (R5 in `docs/REDIS-SYNC.md`).
+    ///
+    /// [`PendingInsert::committed`]: bloom_tower::PendingInsert::committed
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotPropagated`] after [`publish_timeout`](RedisSyncBuilder::publish_timeout)
+    /// when the fleet follows no source: the other instances are stale while they wait for
+    /// this one's marks (up to `member_timeout`), and let the key through meanwhile.
+    ///
+    /// ```no_run
+    /// # async fn example(sync: bloom_redis::RedisSync<u64>) -> Result<(), Box<dyn std::error::Error>> {
+    /// let pending = sync.filter().prepare_insert(&42u64);
+    /// let _ = sync.propagated().await; // before the commit: the bits
+    /// // INSERT INTO users … COMMIT
+    /// pending.committed().await;
+    /// let _ = sync.visible().await; // before the 201: the digest, or the follow bound
+    /// # Ok(()) }
+    /// ```
+    pub async fn visible(&self) -> Result<Visible, Error> {
+        let inner = &*self.inner;
+        let publish_timeout = inner.cfg.effective_publish_timeout();
+        let follow_bound = inner.outbox.follow_bound.load(Relaxed);
+        if follow_bound == 0 {
+            return if inner.outbox.wait_published(publish_timeout).await {
+                Ok(Visible::Published)
+            } else {
+                Err(Error::NotPropagated {
+                    waited: publish_timeout,
+                })
+            };
+        }
+        // The bound is measured on this instance's clock from after the commit; a margin
+        // covers the clocks' rates.
+        let bound = Duration::from_millis(follow_bound + follow_bound / 100 + 10);
+        Ok(if inner.outbox.wait_published(bound).await {
+            Visible::Published
+        } else {
+            Visible::Followed
+        })
     }
 
     /// Reconciles now (both directions), instead of waiting for the next interval: the
@@ -472,6 +526,17 @@ impl<K: ?Sized> RedisSync<K> {
             task.abort();
         }
     }
+}
+
+/// How a create became visible to the whole fleet: [`RedisSync::visible`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Visible {
+    /// Its bits and digest are in Redis and published: every instance has them, or is stale.
+    Published,
+    /// Redis did not answer in time, and the follow bound has passed since the commit: every
+    /// instance holds the row as the follower read it, or is stale.
+    Followed,
 }
 
 impl<K: ?Sized> Drop for RedisSync<K> {

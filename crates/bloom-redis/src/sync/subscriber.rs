@@ -71,9 +71,10 @@ impl Inner {
         match message.kind {
             // Our own rounds' pings (only we hear them) and our own announcements count: they
             // prove our publishing and subscription work.
+            // A ping counts only with the nonce its round was sent with (R4).
             Kind::Ping if mine => {
-                if let Some(&seq) = message.words.first() {
-                    self.freshness.ping_back(seq);
+                if let [seq, nonce] = message.words[..] {
+                    self.freshness.ping_back(seq, nonce);
                 }
             }
             Kind::Member => {
@@ -109,7 +110,9 @@ impl Inner {
                     self.ledger
                         .advance(message.generation, &bits.groups, &bits.segments);
                 } else {
-                    // A generation we do not know yet: find out now.
+                    // A generation we do not know yet: its bits were not taken, so no
+                    // rejection is confirmed until the pass that adopts it (R8).
+                    self.freshness.owe_pull();
                     self.reconciliation.wake();
                 }
             }

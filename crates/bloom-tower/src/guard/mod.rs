@@ -102,6 +102,6 @@ mod layer;
 mod service;
 pub(crate) mod stats;
 
-pub use future::ResponseFuture;
+pub use future::{Deferred, ResponseFuture};
 pub use layer::BloomGuard;
-pub use service::BloomGuardService;
+pub use service::{BloomGuardService, Confirming};

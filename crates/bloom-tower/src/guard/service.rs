@@ -7,10 +7,11 @@ use bloom_core::Key;
 use tower_service::Service;
 
 use super::ResponseFuture;
+use super::future::Deferred;
 use super::stats::{GuardCounters, GuardStats};
-use crate::key::{KeyExtractor, KeyFor};
+use crate::key::{AnyKey, KeyExtractor, KeyFor};
 use crate::reject::{NotFound, OnMissingKey, OnReject, PassThrough, RejectedKey};
-use crate::shared_filter::SharedFilter;
+use crate::shared_filter::{Admission, SharedFilter};
 
 /// The service made by [`BloomGuard`](crate::BloomGuard); see the [module docs](crate::guard).
 pub struct BloomGuardService<S, K: ?Sized, E, R = NotFound, M = PassThrough> {
@@ -61,16 +62,16 @@ impl<S, K: ?Sized, E, R, M> BloomGuardService<S, K, E, R, M> {
 
 impl<S, K, E, R, M, Req> Service<Req> for BloomGuardService<S, K, E, R, M>
 where
-    S: Service<Req>,
+    S: Service<Req> + Clone,
     K: ?Sized,
     E: KeyExtractor<Req>,
     for<'a> E::Key<'a>: KeyFor<K>,
-    R: OnReject<Req, S::Response>,
+    R: OnReject<Req, S::Response> + Clone,
     M: OnMissingKey<Req, S::Response>,
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future, S::Response>;
+    type Future = ResponseFuture<S::Future, S::Response, Confirming<S, Req, R>>;
 
     /// The inner service's readiness. A rejected request then leaves the reserved capacity
     /// unused, as any middleware that answers early does; it serves the next call.
@@ -80,39 +81,134 @@ where
     }
 
     fn call(&mut self, req: Req) -> Self::Future {
-        let Reporting {
-            name,
-            log_rejected_keys,
-            counters,
-        } = &*self.reporting;
-        let answer = match self.extractor.extract(&req) {
-            Some(key) if self.filter.admits(&key) => {
-                counters.passed(name);
-                None
-            }
-            Some(key) => {
-                counters.rejected(name, &self.filter);
-                let bytes = key.key_bytes();
-                let key = RejectedKey::new(bytes.as_ref());
-                // The key only on request: keys can be personal data.
-                if *log_rejected_keys {
-                    tracing::debug!(guard = %name, key = %key.for_log(), "rejected a request whose key is definitely absent");
-                } else {
-                    tracing::debug!(guard = %name, "rejected a request whose key is definitely absent");
+        /// What the lookup found, owning what it needs once `req` moves on.
+        enum Found {
+            Maybe,
+            Absent(Box<[u8]>),
+            Confirm(crate::shared_filter::Confirmation, Box<[u8]>),
+            NoKey,
+        }
+        let found = match self.extractor.extract(&req) {
+            Some(key) => match self.filter.admission(&key) {
+                Admission::Maybe => Found::Maybe,
+                Admission::Absent => Found::Absent(key.key_bytes().as_ref().into()),
+                Admission::Confirm(confirmation) => {
+                    Found::Confirm(confirmation, key.key_bytes().as_ref().into())
                 }
-                Some(self.on_reject.on_reject(&req, key))
-            }
-            None => {
-                counters.missing_key(name);
-                self.on_missing_key.on_missing_key(&req)
+            },
+            None => Found::NoKey,
+        };
+        let reporting = &*self.reporting;
+        let admission = match found {
+            Found::Maybe => None,
+            Found::Absent(key) => Some(Err(key)),
+            Found::Confirm(confirmation, key) => Some(Ok((confirmation, key))),
+            Found::NoKey => {
+                reporting.counters.missing_key(&reporting.name);
+                return match self.on_missing_key.on_missing_key(&req) {
+                    None => ResponseFuture::called(self.inner.call(req)),
+                    Some(response) => ResponseFuture::answered(response),
+                };
             }
         };
-        match answer {
+        match admission {
             // The inner service is called here, synchronously: no clone of it goes into the
             // future, so the instance `poll_ready` readied is the one called.
-            None => ResponseFuture::called(self.inner.call(req)),
-            Some(response) => ResponseFuture::answered(response),
+            None => {
+                reporting.counters.passed(&reporting.name);
+                ResponseFuture::called(self.inner.call(req))
+            }
+            Some(Err(key)) => {
+                let key: Box<[u8]> = key;
+                ResponseFuture::answered(reject(
+                    reporting,
+                    &self.filter,
+                    &mut self.on_reject,
+                    &req,
+                    &key,
+                ))
+            }
+            // The readied instance goes into the future (and a clone stays here, to be readied
+            // for the next call): it is called if the confirmation lets the key through.
+            Some(Ok((confirmation, key))) => {
+                let clone = self.inner.clone();
+                let service = std::mem::replace(&mut self.inner, clone);
+                ResponseFuture::confirming(
+                    confirmation,
+                    Confirming {
+                        service,
+                        req,
+                        key,
+                        filter: self.filter.untyped(),
+                        on_reject: self.on_reject.clone(),
+                        reporting: Arc::clone(&self.reporting),
+                    },
+                )
+            }
         }
+    }
+}
+
+/// Counts and logs a rejection, and answers it.
+fn reject<K: ?Sized, Req, Res, R: OnReject<Req, Res>>(
+    reporting: &Reporting,
+    filter: &SharedFilter<K>,
+    on_reject: &mut R,
+    req: &Req,
+    key: &[u8],
+) -> Res {
+    reporting.counters.rejected(&reporting.name, filter);
+    filter.count_rejection();
+    let key = RejectedKey::new(key);
+    // The key only on request: keys can be personal data.
+    if reporting.log_rejected_keys {
+        tracing::debug!(guard = %reporting.name, key = %key.for_log(), "rejected a request whose key is definitely absent");
+    } else {
+        tracing::debug!(guard = %reporting.name, "rejected a request whose key is definitely absent");
+    }
+    on_reject.on_reject(req, key)
+}
+
+/// A request whose rejection waits for its [`Confirmation`](crate::shared_filter::Confirmation)
+/// (a filter shared with other instances: see
+/// [`Rejection::Confirm`](crate::shared_filter::Rejection::Confirm)): the readied inner
+/// service, the request and its key's bytes.
+pub struct Confirming<S, Req, R> {
+    service: S,
+    req: Req,
+    key: Box<[u8]>,
+    filter: SharedFilter<AnyKey>,
+    on_reject: R,
+    reporting: Arc<Reporting>,
+}
+
+impl<S, Req, R> Deferred<S::Future, S::Response> for Confirming<S, Req, R>
+where
+    S: Service<Req>,
+    R: OnReject<Req, S::Response>,
+{
+    fn resume(mut self, stands: bool) -> Result<S::Future, S::Response> {
+        // Confirmed: look again, since the key may have arrived while the proof came back.
+        // `Key for [u8]` hashes the bytes themselves: the same key as the typed one.
+        if stands && !self.filter.holds(&self.key[..]) {
+            return Err(reject(
+                &self.reporting,
+                &self.filter,
+                &mut self.on_reject,
+                &self.req,
+                &self.key,
+            ));
+        }
+        self.reporting.counters.passed(&self.reporting.name);
+        Ok(self.service.call(self.req))
+    }
+}
+
+impl<S, Req, R> fmt::Debug for Confirming<S, Req, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Confirming")
+            .field("guard", &self.reporting.name)
+            .finish_non_exhaustive()
     }
 }
 

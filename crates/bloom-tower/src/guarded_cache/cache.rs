@@ -20,7 +20,7 @@ use super::remote::RemoteForgets;
 use super::stats::{CacheCounters, CacheStats};
 use crate::SharedFilter;
 use crate::flight::{Flights, Role, wait};
-use crate::shared_filter::ForgetByDigest;
+use crate::shared_filter::{ForgetByDigest, Rejection};
 
 /// What a load hands to its waiters.
 type Outcome<V> = Result<Option<V>, ErasedError>;
@@ -134,12 +134,18 @@ where
         E: Send + Sync + 'static,
     {
         let inner = &*self.inner;
-        if !inner.filter.contains(key) {
+        if !inner.filter.check(key).await {
             inner.counters.filter_rejection(&inner.name, &inner.filter);
             return Ok(None);
         }
         if let Some(entry) = self.cached(key) {
-            return Ok(self.served_from_cache(entry));
+            let entry = match entry {
+                Some(value) => Some(Some(value)),
+                None => self.confirm_absent(key).await,
+            };
+            if let Some(entry) = entry {
+                return Ok(self.served_from_cache(entry));
+            }
         }
         // The miss path's state (the flight, the loader, its timeout, the cache writes) is
         // large: boxing it, on a miss only, keeps the hit path's future small.
@@ -248,6 +254,24 @@ where
             return None;
         }
         Some(None)
+    }
+
+    /// A negative entry is about to answer "not found": on a filter shared with other
+    /// instances, the answer waits for proof that the view is current, as the filter's own
+    /// rejections do ([`Rejection::Confirm`]), and the cache is then looked at again (a
+    /// create elsewhere may have made the entry stale meanwhile). `None`: a miss (load).
+    async fn confirm_absent(&self, key: &K) -> Option<Option<V>> {
+        match self.inner.filter.rejection() {
+            Rejection::Stands => Some(None),
+            Rejection::LetThrough => None,
+            Rejection::Confirm(confirmation) => {
+                if confirmation.await {
+                    self.cached(key)
+                } else {
+                    None
+                }
+            }
+        }
     }
 
     /// Counts a lookup answered by the cache: a value, or a negative entry.

@@ -3,21 +3,8 @@
 //! stops most absent keys before the cache sees them, so neither alone can tell the rate.
 
 use super::SharedFilter;
-use crate::key::KeyFor;
 
 impl<K: ?Sized> SharedFilter<K> {
-    /// [`contains`](Self::contains), counting a "definitely absent" answer as a rejection of
-    /// this filter ([`FilterStats::rejections`](crate::stats::FilterStats::rejections)): for the
-    /// lookups made on behalf of requests (the guard's), not for every `contains`.
-    #[inline]
-    pub(crate) fn admits<Q: KeyFor<K> + ?Sized>(&self, key: &Q) -> bool {
-        let maybe = self.contains(key);
-        if !maybe {
-            self.count_rejection();
-        }
-        maybe
-    }
-
     /// A lookup on behalf of a request that this filter answered "definitely absent".
     #[inline]
     pub(crate) fn count_rejection(&self) {

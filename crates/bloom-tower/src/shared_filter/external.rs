@@ -22,9 +22,65 @@ use crate::key_source::{BoxError, KeySource};
 /// ([`Key::key_bytes`]); see [`SharedFilter::set_insert_hook`].
 pub type InsertHook = Arc<dyn Fn(&[u8]) + Send + Sync>;
 
-/// A function [`SharedFilter::contains`] calls for every key the filter would reject:
-/// `true` lets the key through instead. See [`SharedFilter::set_rejection_override`].
-pub type RejectionOverride = Arc<dyn Fn() -> bool + Send + Sync>;
+/// A function the filter calls for every key it would reject, deciding what the rejection
+/// does ([`Rejection`]). See [`SharedFilter::set_rejection_override`].
+pub type RejectionOverride = Arc<dyn Fn() -> Rejection + Send + Sync>;
+
+/// What a would-be rejection does, as a [`RejectionOverride`] decides it.
+pub enum Rejection {
+    /// The local filter's "definitely absent" stands.
+    Stands,
+    /// Let the key through ("maybe") instead.
+    LetThrough,
+    /// Wait for a proof that the local view is current ([`Confirmation`]); when it resolves
+    /// to `true` the filter is looked at again and its answer stands, on `false` the key is
+    /// let through. [`SharedFilter::check`], the guard and `GuardedCache` wait;
+    /// [`SharedFilter::contains`], which cannot, lets the key through.
+    Confirm(Confirmation),
+}
+
+impl fmt::Debug for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Rejection::Stands => "Stands",
+            Rejection::LetThrough => "LetThrough",
+            Rejection::Confirm(_) => "Confirm",
+        })
+    }
+}
+
+/// A pending proof that a view is current (see [`Rejection::Confirm`]): resolves to `true`
+/// when the local answer stands, `false` to let the key through.
+///
+/// ```
+/// # use bloom_tower::shared_filter::Confirmation;
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let confirmation = Confirmation::new(async { true });
+/// assert!(confirmation.await);
+/// # });
+/// ```
+pub struct Confirmation(Pin<Box<dyn Future<Output = bool> + Send>>);
+
+impl Confirmation {
+    /// Wraps the future that decides.
+    pub fn new(decides: impl Future<Output = bool> + Send + 'static) -> Self {
+        Self(Box::pin(decides))
+    }
+}
+
+impl Future for Confirmation {
+    type Output = bool;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<bool> {
+        self.0.as_mut().poll(cx)
+    }
+}
+
+impl fmt::Debug for Confirmation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Confirmation")
+    }
+}
 
 /// [`SharedFilter::start_building`] was called while a rebuild (or another [`Building`])
 /// is running.
@@ -118,25 +174,37 @@ impl<K: ?Sized> SharedFilter<K> {
         self.shared.external.load_full()
     }
 
-    /// Sets (or with `None` removes) the function [`contains`](Self::contains) calls, on every
-    /// clone, for each key the filter would reject: if it returns `true` the key is let
-    /// through ("maybe") instead. Meant for a replication layer whose local view may be
-    /// missing other instances' inserts (it lost contact with them): it lets would-be
-    /// rejections through while that lasts, and counts them. Lookups the filter answers
-    /// "maybe" never call it; it must be quick (an atomic load or two).
+    /// Sets (or with `None` removes) the function the filter calls, on every clone, for each
+    /// key it would reject: it decides whether the rejection stands, the key is let through,
+    /// or the answer waits for a [`Confirmation`] ([`Rejection`]). Meant for a replication
+    /// layer whose local view may be missing other instances' inserts: it lets would-be
+    /// rejections through while it lost contact with them, and otherwise has each one wait
+    /// for proof that the view is current. Lookups the filter answers "maybe" never call it;
+    /// it must be quick (an atomic load or two).
     ///
     /// ```
     /// # use std::sync::Arc;
     /// # use std::sync::atomic::{AtomicBool, Ordering};
     /// # use bloom_tower::{BloomFilter, SharedFilter};
+    /// use bloom_tower::shared_filter::{Confirmation, Rejection};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
     /// let filter = SharedFilter::<String>::new(BloomFilter::new(1_000, 0.01)?);
     /// let stale = Arc::new(AtomicBool::new(true));
     /// let flag = Arc::clone(&stale);
-    /// filter.set_rejection_override(Some(Arc::new(move || flag.load(Ordering::Relaxed))));
+    /// filter.set_rejection_override(Some(Arc::new(move || {
+    ///     if flag.load(Ordering::Relaxed) {
+    ///         Rejection::LetThrough
+    ///     } else {
+    ///         Rejection::Confirm(Confirmation::new(async { true })) // the view is current
+    ///     }
+    /// })));
     /// assert!(filter.contains("never inserted")); // let through while stale
     /// stale.store(false, Ordering::Relaxed);
-    /// assert!(!filter.contains("never inserted"));
+    /// assert!(!filter.check("never inserted").await); // confirmed: absent
+    /// assert!(filter.contains("never inserted")); // `contains` cannot wait: let through
     /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
     /// ```
     pub fn set_rejection_override(&self, gate: Option<RejectionOverride>) {
         self.shared.rejection_override.store(gate.map(Arc::new));

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use bloom_core::{AnyFilter, Key};
 
-use super::{CurrentFilter, Generation, Insert, Shared, SharedFilterBuilder};
+use super::{
+    Confirmation, CurrentFilter, Generation, Insert, Rejection, Shared, SharedFilterBuilder,
+};
 use crate::key::{AnyKey, KeyFor};
 use crate::shared_filter::stats::FilterStats;
 
@@ -113,13 +115,67 @@ impl<K: ?Sized> SharedFilter<K> {
     /// in [`FilterStats::unverified_passes`] the keys it would have rejected. So does a
     /// [`CuckooFilter`](bloom_core::CuckooFilter) that refused an insert for want of room
     /// ([`FilterStats::full`]) until a rebuild replaces it: it misses that key.
+    ///
+    /// A filter synchronised with other instances (bloom-redis) may have a would-be rejection
+    /// wait for proof that its view is current ([`Rejection::Confirm`]): `contains` cannot
+    /// wait, and answers `true` then. [`check`](Self::check) waits; the guard and
+    /// `GuardedCache` use it.
     #[inline]
     pub fn contains<Q: KeyFor<K> + ?Sized>(&self, key: &Q) -> bool {
+        !matches!(self.admission(key), Admission::Absent)
+    }
+
+    /// [`contains`](Self::contains), waiting where a would-be rejection asks to be confirmed
+    /// ([`Rejection::Confirm`]): then the filter is looked at again once the view is proved
+    /// current, and a key that arrived meanwhile is found. Without such an override it
+    /// answers at once, as `contains` does.
+    ///
+    /// ```
+    /// # use bloom_tower::{BloomFilter, SharedFilter};
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let filter = SharedFilter::<u64>::new(BloomFilter::new(1_000, 0.01)?);
+    /// filter.insert(&7u64);
+    /// assert!(filter.check(&7u64).await);
+    /// # Ok::<(), bloom_core::BuildError>(())
+    /// # }).unwrap();
+    /// ```
+    pub async fn check<Q: KeyFor<K> + ?Sized>(&self, key: &Q) -> bool {
+        match self.admission(key) {
+            Admission::Maybe => true,
+            Admission::Absent => false,
+            Admission::Confirm(confirmation) => !confirmation.await || self.holds(key),
+        }
+    }
+
+    /// What the local filter and the rejection override make of `key`.
+    #[inline]
+    pub(crate) fn admission<Q: KeyFor<K> + ?Sized>(&self, key: &Q) -> Admission {
+        if self.holds(key) {
+            return Admission::Maybe;
+        }
+        match self.shared.rejection() {
+            Rejection::Stands => Admission::Absent,
+            Rejection::LetThrough => Admission::Maybe,
+            Rejection::Confirm(confirmation) => Admission::Confirm(confirmation),
+        }
+    }
+
+    /// What the rejection override makes of an "absent" answer about to be given (a cache's
+    /// negative entry, say): [`Rejection::Stands`] without one.
+    #[cfg(feature = "guarded-cache")]
+    #[inline]
+    pub(crate) fn rejection(&self) -> Rejection {
+        self.shared.rejection()
+    }
+
+    /// Whether the serving filter answers "maybe": it holds the key, or lets every key through
+    /// (verifying, or a full cuckoo filter).
+    #[inline]
+    pub(crate) fn holds<Q: KeyFor<K> + ?Sized>(&self, key: &Q) -> bool {
         let current = self.shared.current.load();
         current.filter.contains(key)
             || (current.verifying && self.shared.let_through())
             || current.is_full()
-            || self.shared.doubt_rejection()
     }
 
     /// Whether the serving filter is a snapshot still waiting for a full rebuild (and so
@@ -259,6 +315,18 @@ impl<K: ?Sized> fmt::Debug for SharedFilter<K> {
             .field("current", &self.shared.current.load().filter)
             .finish_non_exhaustive()
     }
+}
+
+/// What a lookup on behalf of a request found ([`SharedFilter::admission`]).
+#[derive(Debug)]
+pub(crate) enum Admission {
+    /// Maybe present (or let through): call the service.
+    Maybe,
+    /// Definitely absent: the rejection stands.
+    Absent,
+    /// Absent here; wait for the confirmation, then look again
+    /// ([`Rejection::Confirm`]).
+    Confirm(Confirmation),
 }
 
 /// Which filters one [`SharedFilter::insert`] wrote; for

@@ -122,8 +122,10 @@ pub(crate) mod stats;
 
 pub use builder::SharedFilterBuilder;
 pub use external::{
-    AlreadyBuilding, Building, ErasedKeySource, ExternalRebuild, InsertHook, RejectionOverride,
+    AlreadyBuilding, Building, Confirmation, ErasedKeySource, ExternalRebuild, InsertHook, Rejection,
+    RejectionOverride,
 };
+pub(crate) use filter::Admission;
 pub use filter::{Inserted, SharedFilter};
 pub use follow::{Follow, Follower, MAX_BACKOFF};
 pub use generation::CurrentFilter;

@@ -14,7 +14,9 @@ use tokio::sync::{Notify, watch};
 use super::stats::FilterCounters;
 #[cfg(doc)]
 use super::{Building, PendingInsert, SharedFilter};
-use super::{ExternalRebuild, ForgetByDigest, Generation, InsertHook, RejectionOverride, pipeline};
+use super::{
+    ExternalRebuild, ForgetByDigest, Generation, InsertHook, Rejection, RejectionOverride, pipeline,
+};
 
 /// False-positive rate for rebuilds when neither the builder nor the filter says one.
 pub(super) const DEFAULT_FPR: f64 = 0.01;
@@ -74,11 +76,14 @@ impl Shared {
         true
     }
 
-    /// A would-be rejection: whether the installed override lets it through.
+    /// A would-be rejection: what the installed override makes of it (none: it stands).
     #[inline]
-    pub(super) fn doubt_rejection(&self) -> bool {
+    pub(super) fn rejection(&self) -> Rejection {
         let gate = self.rejection_override.load();
-        gate.as_deref().is_some_and(|gate| gate())
+        match gate.as_deref() {
+            Some(gate) => gate(),
+            None => Rejection::Stands,
+        }
     }
 
     /// `generation`'s distinct keys ([`Generation::items`]); a count of keys that arrived as

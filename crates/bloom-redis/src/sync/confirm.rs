@@ -1,0 +1,90 @@
+//! Confirmed rejections (R1–R4 in `docs/REDIS-SYNC.md`): a would-be rejection waits for a
+//! ping of this instance published after it began, then the local answer stands.
+//!
+//! *Why it is enough.* A create acknowledged before the rejection began had its bits
+//! published before it was acknowledged (`propagated`). Redis runs one command at a time and
+//! delivers to each subscriber connection in the order it ran them; the ping ran after the
+//! bits, so it reaches our subscription after them, and the subscriber ORs every message
+//! into the filter before it takes the next. Once the ping is back (and the view is fresh:
+//! no resubscription lost messages since, the follower or the marks bound what was not
+//! published), the filter is looked at again and its answer stands. No clocks are compared.
+//!
+//! *What it costs.* A ping is one `EVALSHA` whose script publishes on the instance's own
+//! channel (through the `{prefix}` slot, like every other message of this instance, so that
+//! they reach each subscriber in order on a cluster too). The confirmer sends one only when a
+//! waiting rejection needs a newer one than any sent (a mark round's ping counts), at most
+//! one per [`SPACING`]: a flood of absent keys at any rate costs at most that. Hits never
+//! come here. Tests: `tests/confirm.rs` (`concurrent_rejections_share_rounds`,
+//! `a_key_created_on_one_instance_is_never_absent_on_another_once_its_create_returned`).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::time::Duration;
+
+use bloom_tower::shared_filter::{Confirmation, Rejection};
+
+use super::inner::Inner;
+use crate::protocol::{self, Kind};
+use crate::scripts;
+
+/// The shortest time between two confirming pings of one instance.
+pub(super) const SPACING: Duration = Duration::from_millis(1);
+
+impl Inner {
+    /// The rejection override (with pub/sub): a stale view goes to the stale policy at once,
+    /// a fresh one has the rejection confirmed.
+    pub(super) fn rejection(self: &Arc<Self>) -> Rejection {
+        if !self.freshness.is_fresh() {
+            return if self.freshness.stale_policy_lets_through() {
+                Rejection::LetThrough
+            } else {
+                Rejection::Stands
+            };
+        }
+        let inner = Arc::clone(self);
+        Rejection::Confirm(Confirmation::new(async move { inner.confirm().await }))
+    }
+
+    /// Waits for a ping sent after the call; `true` if the local answer then stands.
+    async fn confirm(&self) -> bool {
+        let needed = self.freshness.next_seq();
+        self.freshness.wanted.fetch_max(needed, SeqCst);
+        self.freshness.confirm_wake.notify_one();
+        let back = self.freshness.ping_back_after(needed).await;
+        if back && self.freshness.is_fresh() {
+            self.counters.confirmed.fetch_add(1, Relaxed);
+            return true;
+        }
+        self.counters.unconfirmed.fetch_add(1, Relaxed);
+        !self.freshness.stale_policy_lets_through()
+    }
+
+    /// Sends a confirming ping whenever a waiting rejection needs one newer than any sent, at
+    /// most one per [`SPACING`]; forever.
+    pub(super) async fn confirmer(self: Arc<Self>) {
+        let channel = self.keys.ping_channel(self.id);
+        let mut last = tokio::time::Instant::now();
+        loop {
+            // A round numbered at least `wanted` was sent already: nothing to do.
+            if self.freshness.next_seq() > self.freshness.wanted.load(SeqCst) {
+                self.freshness.confirm_wake.notified().await;
+                continue;
+            }
+            tokio::time::sleep_until(last + SPACING).await;
+            last = tokio::time::Instant::now();
+            let (seq, nonce) = self.freshness.ping_sent();
+            let ping = protocol::encode(Kind::Ping, self.id, 0, &[seq, nonce]);
+            let mut conn = self.conn.clone();
+            let script = scripts::ping();
+            let mut invocation = script.key(self.keys.marks());
+            invocation.arg(&channel).arg(ping);
+            let sent = invocation.invoke_async::<i64>(&mut conn);
+            self.counters.confirm_rounds.fetch_add(1, Relaxed);
+            // Not awaited past the confirm timeout: the waiters have gone to the policy then,
+            // and a newer ping goes out for the next ones.
+            if let Ok(Err(error)) = tokio::time::timeout(self.cfg.confirm_timeout, sent).await {
+                tracing::debug!(prefix = %self.prefix, %error, "a confirming ping failed");
+            }
+        }
+    }
+}
