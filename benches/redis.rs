@@ -98,6 +98,13 @@ fn main() {
             bits
         })
         .collect();
+    // Keys no instance inserted, whose bits B's filter lacks: every check of one is a
+    // would-be rejection, confirmed by a ping (R1 in docs/REDIS-SYNC.md).
+    let absent: Vec<String> = (0..)
+        .map(|i: u64| format!("absent:{i:017}"))
+        .filter(|k| !b.filter().current().contains(k))
+        .take(1_000)
+        .collect();
     {
         let mut group = c.benchmark_group("redis/check");
         let mut i = 0;
@@ -105,6 +112,20 @@ fn main() {
             bench.iter(|| {
                 i = (i + 1) % keys.len();
                 assert!(b.filter().contains(&keys[i]));
+            })
+        });
+        group.bench_function("hit: local SharedFilter::check (ours)", |bench| {
+            bench.to_async(&rt).iter(|| {
+                i = (i + 1) % keys.len();
+                let (filter, key) = (b.filter(), &keys[i]);
+                async move { assert!(filter.check(key).await) }
+            })
+        });
+        group.bench_function("rejection: SharedFilter::check, confirmed (ours)", |bench| {
+            bench.to_async(&rt).iter(|| {
+                i = (i + 1) % absent.len();
+                let (filter, key) = (b.filter(), &absent[i]);
+                async move { assert!(!filter.check(key).await) }
             })
         });
         group.bench_function("Redis bitmap: k GETBITs pipelined", |bench| {
@@ -139,6 +160,68 @@ fn main() {
         });
         group.finish();
     }
+
+    // A flood of absent keys: 64 tasks checking them back to back on B for 3 s. What each
+    // rejection waits (confirmed, p50 / p99), and what B costs Redis meanwhile: its confirming
+    // pings, and the commands Redis ran (INFO commandstats, every client's: the other
+    // instance idles).
+    let commands = |conn: &redis::aio::MultiplexedConnection| {
+        let mut conn = conn.clone();
+        rt.block_on(async move {
+            let info: String = redis::cmd("INFO")
+                .arg("commandstats")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            info.lines()
+                .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info"))
+                .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
+                .sum::<u64>()
+        })
+    };
+    let (before_rounds, before_commands) = (b.stats().confirm_rounds, commands(&conn));
+    let flood_started = Instant::now();
+    let waits = rt.block_on(async {
+        let tasks: Vec<_> = (0..64)
+            .map(|t| {
+                let (filter, absent) = (b.filter().clone(), absent.clone());
+                tokio::spawn(async move {
+                    let mut waits = Vec::new();
+                    let mut n = t;
+                    let started = Instant::now();
+                    while started.elapsed() < Duration::from_secs(3) {
+                        let key = &absent[n % absent.len()];
+                        let asked = Instant::now();
+                        assert!(!filter.check(key).await);
+                        waits.push(asked.elapsed());
+                        n += 64;
+                    }
+                    waits
+                })
+            })
+            .collect();
+        let mut waits = Vec::new();
+        for task in tasks {
+            waits.extend(task.await.unwrap());
+        }
+        waits
+    });
+    let flood_secs = flood_started.elapsed().as_secs_f64();
+    let (rounds, ran) = (
+        b.stats().confirm_rounds - before_rounds,
+        commands(&conn) - before_commands,
+    );
+    let mut waits = waits;
+    waits.sort();
+    println!(
+        "redis/flood: 64 tasks checking absent keys on B for {flood_secs:.1} s: {} rejections          ({:.0}/s), each waited p50 {:?} p99 {:?}; B sent {:.0} confirming pings/s; Redis ran          {:.0} commands/s in all (scripts' own calls included)",
+        waits.len(),
+        waits.len() as f64 / flood_secs,
+        percentile(&waits, 0.5),
+        percentile(&waits, 0.99),
+        rounds as f64 / flood_secs,
+        ran as f64 / flood_secs,
+    );
 
     // Insert propagation A → B through pub/sub, measured per insert.
     let mut latencies = Vec::new();

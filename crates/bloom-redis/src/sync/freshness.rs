@@ -56,6 +56,19 @@
 //! (`tests/fleet.rs`), and the cluster's in `tests/cluster.rs`. Then the [`StalePolicy`]
 //! decides: the cost is one clock read on the path of a would-be rejection only.
 //!
+//! **With a follower** (R5, R6 in `docs/REDIS-SYNC.md`): the round also reads the follower's
+//! covered time (every row committed before it is in Redis and published) and the members
+//! silent for `stale_after`; a view is then fresh only while the covered time is within the
+//! follow bound, and neither the marks nor a silent member's tag hold it stale: what a silent
+//! member can still owe is a committed row, which the follower brings. Tests:
+//! `with_a_follower_a_view_is_stale_once_the_source_was_not_read_within_the_bound`,
+//! `with_a_follower_a_silent_member_holds_no_view_stale`.
+//!
+//! **Confirmations** (`sync/confirm.rs`): a would-be rejection waits for a ping sent after it
+//! began ([`ping_back_after`](Freshness::ping_back_after)); a ping counts only with the nonce
+//! it was sent with (`a_ping_without_its_nonce_is_ignored`), and one overdue makes the view
+//! stale until a ping comes back.
+//!
 //! Joining is not staleness to an operator: until an instance's first round is back (and
 //! while a pull it owes is under way) its view is not fresh, and the policy applies, but the
 //! watcher logs it at DEBUG, and at WARN only if it lasts `stale_after`. Test:
