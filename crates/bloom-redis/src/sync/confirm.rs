@@ -70,7 +70,11 @@ impl Inner {
                 self.freshness.confirm_wake.notified().await;
                 continue;
             }
-            tokio::time::sleep_until(last + SPACING).await;
+            // Only when the last ping went out less than SPACING ago: a timer, even one due
+            // already, fires at the driver's next tick.
+            if tokio::time::Instant::now() < last + SPACING {
+                tokio::time::sleep_until(last + SPACING).await;
+            }
             last = tokio::time::Instant::now();
             let (seq, nonce) = self.freshness.ping_sent();
             let ping = protocol::encode(Kind::Ping, self.id, 0, &[seq, nonce]);
