@@ -121,13 +121,16 @@ fn main() {
                 async move { assert!(filter.check(key).await) }
             })
         });
-        group.bench_function("rejection: SharedFilter::check, confirmed (ours)", |bench| {
-            bench.to_async(&rt).iter(|| {
-                i = (i + 1) % absent.len();
-                let (filter, key) = (b.filter(), &absent[i]);
-                async move { assert!(!filter.check(key).await) }
-            })
-        });
+        group.bench_function(
+            "rejection: SharedFilter::check, confirmed (ours)",
+            |bench| {
+                bench.to_async(&rt).iter(|| {
+                    i = (i + 1) % absent.len();
+                    let (filter, key) = (b.filter(), &absent[i]);
+                    async move { assert!(!filter.check(key).await) }
+                })
+            },
+        );
         group.bench_function("Redis bitmap: k GETBITs pipelined", |bench| {
             bench.to_async(&rt).iter(|| {
                 i = (i + 1) % keys.len();
@@ -175,7 +178,14 @@ fn main() {
                 .unwrap();
             info.lines()
                 .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info"))
-                .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
+                .filter_map(|l| {
+                    l.split("calls=")
+                        .nth(1)?
+                        .split(',')
+                        .next()?
+                        .parse::<u64>()
+                        .ok()
+                })
                 .sum::<u64>()
         })
     };

@@ -24,7 +24,6 @@ use reqwest::StatusCode;
 use sqlx::{AnyPool, Executor as _};
 use user_service::{Instance, client, until_found, write_id, write_row, writer};
 
-
 /// The service's own database, and a row another writer puts below the largest id.
 async fn other_writers_rows_are_let_through(instance: &Instance, pool: &AnyPool, what: &str) {
     let id = write_row(pool).await;

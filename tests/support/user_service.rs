@@ -47,7 +47,12 @@ pub struct Instance {
 
 impl Instance {
     /// Starts the binary with `extra` flags on a free port and waits for `GET /health`.
-    pub async fn start(dir: &std::path::Path, name: &str, database_url: &str, extra: &[&str]) -> Self {
+    pub async fn start(
+        dir: &std::path::Path,
+        name: &str,
+        database_url: &str,
+        extra: &[&str],
+    ) -> Self {
         let binary = process::example_binary("bloom-examples", "user_service");
         let data = dir.join(name);
         std::fs::create_dir_all(&data).unwrap();

@@ -192,5 +192,8 @@ async fn a_hung_link_lets_rejections_through_after_confirm_timeout() {
 
     proxy.set_mode(Mode::Pass).await;
     eventually("fresh again", || sync.stats().fresh).await;
-    assert!(!sync.filter().check(keys[2].as_str()).await, "confirmed again");
+    assert!(
+        !sync.filter().check(keys[2].as_str()).await,
+        "confirmed again"
+    );
 }

@@ -367,7 +367,10 @@ async fn a_hung_redis_lets_keys_created_elsewhere_through() {
     .await;
     let started = Instant::now();
     while rejected(&b, &never).await < never.len() {
-        assert!(started.elapsed() < HANG, "hang: B rejects never-inserted keys again");
+        assert!(
+            started.elapsed() < HANG,
+            "hang: B rejects never-inserted keys again"
+        );
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     eventually("C and D are fresh again and hold A's keys", || {
@@ -459,7 +462,10 @@ async fn a_heartbeat_the_network_held_back_does_not_make_a_view_fresh() {
     let outcome = create(&b, key).await;
     assert!(not_propagated(&outcome), "{outcome:?}");
     eventually("A goes stale: B's heartbeats stopped", || !a.stats().fresh).await;
-    assert!(a.filter().check(key).await, "A rejected B's key while stale");
+    assert!(
+        a.filter().check(key).await,
+        "A rejected B's key while stale"
+    );
 
     fleet.fault(1, Mode::RequestsOnly).await;
     let watched = Instant::now();

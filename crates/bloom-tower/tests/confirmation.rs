@@ -12,13 +12,16 @@ use bloom_tower::shared_filter::{Confirmation, Rejection};
 use bloom_tower::{BloomFilter, BloomGuard, GuardedCache, SharedFilter, key};
 use http::{Request, Response, StatusCode};
 use tokio::sync::oneshot;
-use tower::{ServiceExt, service_fn};
+use tower::{Layer, ServiceExt, service_fn};
+
+/// The answers the would-be rejections wait for, newest last.
+type Pending = Arc<Mutex<Vec<oneshot::Sender<bool>>>>;
 
 /// A filter whose would-be rejections wait for a confirmation the test gives: each one takes
 /// the next sender's answer (`true`: the local answer stands).
-fn confirmed_filter() -> (SharedFilter<u64>, Arc<Mutex<Vec<oneshot::Sender<bool>>>>) {
+fn confirmed_filter() -> (SharedFilter<u64>, Pending) {
     let filter = SharedFilter::<u64>::new(BloomFilter::new(10_000, 0.001).unwrap());
-    let senders: Arc<Mutex<Vec<oneshot::Sender<bool>>>> = Arc::default();
+    let senders: Pending = Arc::default();
     let pending = Arc::clone(&senders);
     filter.set_rejection_override(Some(Arc::new(move || {
         let (tx, rx) = oneshot::channel();
@@ -58,11 +61,16 @@ async fn the_guard_answers_a_waiting_rejection_only_once_confirmed_and_looked_at
     let get = |id: u64| {
         let service = service.clone();
         tokio::spawn(async move {
-            let req = Request::get(format!("/users/{id}")).body(String::new()).unwrap();
+            let req = Request::get(format!("/users/{id}"))
+                .body(String::new())
+                .unwrap();
             service.oneshot(req).await.unwrap().status()
         })
     };
-    assert!(filter.contains(&absent(&filter, 0)), "contains cannot wait: lets through");
+    assert!(
+        filter.contains(&absent(&filter, 0)),
+        "contains cannot wait: lets through"
+    );
 
     // Confirmed, still absent: the guard's 404, the service not called.
     let id = absent(&filter, 1_000);

@@ -151,7 +151,10 @@ impl Inner {
             let covered = started
                 .filter(|_| stepped.is_ok() && (persist || !moved))
                 .map(|started| (started, bound));
-            match self.keep_follow_lease(lease, position.as_ref(), covered).await {
+            match self
+                .keep_follow_lease(lease, position.as_ref(), covered)
+                .await
+            {
                 Ok(true) => {
                     if let Some(position) = position {
                         stored = position;

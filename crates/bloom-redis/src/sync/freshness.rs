@@ -187,13 +187,17 @@ pub(super) struct RoundReply {
 
 impl redis::FromRedisValue for RoundReply {
     fn from_redis_value(v: &redis::Value) -> redis::RedisResult<Self> {
-        let invalid = |what: &'static str| redis::RedisError::from((redis::ErrorKind::TypeError, what));
+        let invalid =
+            |what: &'static str| redis::RedisError::from((redis::ErrorKind::TypeError, what));
         let mut fields: Vec<String> = redis::FromRedisValue::from_redis_value(v)?;
         if fields.len() < 6 {
             return Err(invalid("a mark round replied with fewer than 6 fields"));
         }
         let rest = fields.split_off(6);
-        let number = |text: &str| text.parse::<u64>().map_err(|_| invalid("a mark round replied with a field that is not a number"));
+        let number = |text: &str| {
+            text.parse::<u64>()
+                .map_err(|_| invalid("a mark round replied with a field that is not a number"))
+        };
         let instance = |text: &str| {
             u64::from_str_radix(text, 16)
                 .map_err(|_| invalid("a mark round named an instance that is not 16 hex digits"))
@@ -209,7 +213,10 @@ impl redis::FromRedisValue for RoundReply {
             marks: number(&fields[3])?,
             roster_version: number(&fields[4])?,
             covered,
-            silent: rest.iter().map(|id| instance(id)).collect::<Result<_, _>>()?,
+            silent: rest
+                .iter()
+                .map(|id| instance(id))
+                .collect::<Result<_, _>>()?,
         })
     }
 }
@@ -700,8 +707,7 @@ impl Freshness {
             return (
                 0,
                 stale(
-                    "a ping a rejection waited for has not come back within confirm_timeout"
-                        .into(),
+                    "a ping a rejection waited for has not come back within confirm_timeout".into(),
                     false,
                 ),
             );
@@ -1311,7 +1317,10 @@ mod tests {
         round_with(&freshness, followed(0, 40, 100, &[]));
         assert!(freshness.is_fresh());
         std::thread::sleep(Duration::from_millis(75));
-        assert!(!freshness.is_fresh(), "40 ms old, then 75 ms on: past 100 ms");
+        assert!(
+            !freshness.is_fresh(),
+            "40 ms old, then 75 ms on: past 100 ms"
+        );
     }
 
     #[test]
@@ -1323,7 +1332,10 @@ mod tests {
         // A forged ping: the right sequence number, another nonce (R4).
         freshness.ping_back(seq, nonce ^ 1);
         assert!(!freshness.is_fresh());
-        assert!(*freshness.pings_back.borrow() < seq, "a forged ping confirms nothing");
+        assert!(
+            *freshness.pings_back.borrow() < seq,
+            "a forged ping confirms nothing"
+        );
         freshness.ping_back(seq, nonce);
         assert!(freshness.is_fresh());
         assert_eq!(*freshness.pings_back.borrow(), seq);

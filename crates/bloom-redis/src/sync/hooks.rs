@@ -58,12 +58,11 @@ impl Inner {
             .set_external_rebuild(Some(Arc::new(RebuildOwner(Arc::downgrade(self)))));
         if self.cfg.pubsub {
             let weak: Weak<Self> = Arc::downgrade(self);
-            self.filter.set_rejection_override(Some(Arc::new(move || {
-                match weak.upgrade() {
+            self.filter
+                .set_rejection_override(Some(Arc::new(move || match weak.upgrade() {
                     Some(inner) => inner.rejection(),
                     None => Rejection::Stands,
-                }
-            })));
+                })));
         }
     }
 

@@ -122,8 +122,8 @@ pub(crate) mod stats;
 
 pub use builder::SharedFilterBuilder;
 pub use external::{
-    AlreadyBuilding, Building, Confirmation, ErasedKeySource, ExternalRebuild, InsertHook, Rejection,
-    RejectionOverride,
+    AlreadyBuilding, Building, Confirmation, ErasedKeySource, ExternalRebuild, InsertHook,
+    Rejection, RejectionOverride,
 };
 pub(crate) use filter::Admission;
 pub use filter::{Inserted, SharedFilter};
