@@ -138,23 +138,32 @@ where
             inner.counters.filter_rejection(&inner.name, &inner.filter);
             return Ok(None);
         }
+        // Whether a negative entry may answer: not once its confirmation failed.
+        let mut negative = true;
         if let Some(entry) = self.cached(key) {
             let entry = match entry {
                 Some(value) => Some(Some(value)),
                 None => self.confirm_absent(key).await,
             };
-            if let Some(entry) = entry {
-                return Ok(self.served_from_cache(entry));
+            match entry {
+                Some(entry) => return Ok(self.served_from_cache(entry)),
+                None => negative = false,
             }
         }
         // The miss path's state (the flight, the loader, its timeout, the cache writes) is
         // large: boxing it, on a miss only, keeps the hit path's future small.
-        Box::pin(self.load_missed(key, load)).await
+        Box::pin(self.load_missed(key, load, negative)).await
     }
 
     /// [`get_or_load`](Self::get_or_load) after the filter let `key` through and the cache
-    /// missed: wait for the key's load in flight, or run one.
-    async fn load_missed<F, Fut, E>(&self, key: &K, load: F) -> Result<Option<V>, LoadError<E>>
+    /// missed: wait for the key's load in flight, or run one. `negative`: a negative entry
+    /// found meanwhile may answer (not after its confirmation failed).
+    async fn load_missed<F, Fut, E>(
+        &self,
+        key: &K,
+        load: F,
+        negative: bool,
+    ) -> Result<Option<V>, LoadError<E>>
     where
         F: FnOnce(K) -> Fut,
         Fut: Future<Output = Result<Option<V>, E>>,
@@ -162,15 +171,16 @@ where
     {
         let inner = &*self.inner;
         let flight_key = (key.clone(), TypeId::of::<E>());
+        let cached = |key: &K| self.cached(key).filter(|entry| negative || entry.is_some());
         let flight = loop {
-            if let Some(entry) = self.cached(key) {
+            if let Some(entry) = cached(key) {
                 return Ok(self.served_from_cache(entry));
             }
             match inner.flights.join(&flight_key) {
                 Role::Leader(flight) => {
                     // A load that finished between our cache miss and `join` cached its
                     // outcome before leaving the table: read it instead of loading again.
-                    if let Some(entry) = self.cached(key) {
+                    if let Some(entry) = cached(key) {
                         flight.complete(Ok(entry.clone()));
                         return Ok(self.served_from_cache(entry));
                     }
