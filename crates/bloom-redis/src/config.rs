@@ -192,7 +192,7 @@ impl RedisSyncBuilder {
     /// this instance, sent after the rejection began, back on its subscription (R1 in
     /// `docs/REDIS-SYNC.md`; usually one round trip). Past it the stale policy decides, and the
     /// view is stale until a ping comes back, so later rejections do not wait. Hits never
-    /// wait; concurrent rejections share one ping, at most one per millisecond.
+    /// wait; concurrent rejections share one ping, one per millisecond on average.
     ///
     /// ```
     /// # use std::time::Duration;

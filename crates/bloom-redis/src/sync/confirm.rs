@@ -12,8 +12,9 @@
 //! *What it costs.* A ping is one `EVALSHA` whose script publishes on the instance's own
 //! channel (through the `{prefix}` slot, like every other message of this instance, so that
 //! they reach each subscriber in order on a cluster too). The confirmer sends one only when a
-//! waiting rejection needs a newer one than any sent (a mark round's ping counts), at most
-//! one per [`SPACING`]: a flood of absent keys at any rate costs at most that. Hits never
+//! waiting rejection needs a newer one than any sent (a mark round's ping counts), one per
+//! [`SPACING`] on average (bursts of a few): a flood of absent keys at any rate costs at most
+//! that. Hits never
 //! come here. Tests: `tests/confirm.rs` (`concurrent_rejections_share_rounds`,
 //! `a_key_created_on_one_instance_is_never_absent_on_another_once_its_create_returned`).
 
@@ -27,8 +28,11 @@ use super::inner::Inner;
 use crate::protocol::{self, Kind};
 use crate::scripts;
 
-/// The shortest time between two confirming pings of one instance.
+/// Confirming pings of one instance: one per `SPACING` on average, in bursts of at most
+/// `BURST` (a token bucket): a rejection that comes alone does not wait for a timer, and a
+/// flood costs one ping per millisecond, whatever its rate.
 pub(super) const SPACING: Duration = Duration::from_millis(1);
+const BURST: f64 = 8.0;
 
 impl Inner {
     /// The rejection override (with pub/sub): a stale view goes to the stale policy at once,
@@ -59,23 +63,27 @@ impl Inner {
         !self.freshness.stale_policy_lets_through()
     }
 
-    /// Sends a confirming ping whenever a waiting rejection needs one newer than any sent, at
-    /// most one per [`SPACING`]; forever.
+    /// Sends a confirming ping whenever a waiting rejection needs one newer than any sent, one
+    /// per [`SPACING`] on average; forever.
     pub(super) async fn confirmer(self: Arc<Self>) {
         let channel = self.keys.ping_channel(self.id);
-        let mut last = tokio::time::Instant::now();
+        let (mut tokens, mut counted) = (BURST, tokio::time::Instant::now());
         loop {
             // A round numbered at least `wanted` was sent already: nothing to do.
             if self.freshness.next_seq() > self.freshness.wanted.load(SeqCst) {
                 self.freshness.confirm_wake.notified().await;
                 continue;
             }
-            // Only when the last ping went out less than SPACING ago: a timer, even one due
-            // already, fires at the driver's next tick.
-            if tokio::time::Instant::now() < last + SPACING {
-                tokio::time::sleep_until(last + SPACING).await;
+            let now = tokio::time::Instant::now();
+            tokens = (tokens + (now - counted).as_secs_f64() / SPACING.as_secs_f64()).min(BURST);
+            counted = now;
+            if tokens < 1.0 {
+                // Only when the bucket is empty: a timer fires at the driver's next tick.
+                let missing = SPACING.mul_f64(1.0 - tokens);
+                tokio::time::sleep(missing).await;
+                continue;
             }
-            last = tokio::time::Instant::now();
+            tokens -= 1.0;
             let (seq, nonce) = self.freshness.ping_sent();
             let ping = protocol::encode(Kind::Ping, self.id, 0, &[seq, nonce]);
             let mut conn = self.conn.clone();

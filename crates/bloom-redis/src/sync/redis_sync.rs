@@ -274,7 +274,7 @@ impl<K: ?Sized> RedisSync<K> {
     /// every instance whose view is fresh then holds every row committed before the call, as
     /// the follower read it (R5 in `docs/REDIS-SYNC.md`).
     ///
-    /// [`PendingInsert::committed`]: bloom_tower::PendingInsert::committed
+    /// [`PendingInsert::committed`]: bloom_tower::shared_filter::PendingInsert::committed
     ///
     /// # Errors
     ///

@@ -11,6 +11,12 @@
 //! * **no key** → the [missing-key policy](crate::reject::OnMissingKey) decides
 //!   ([`PassThrough`](crate::reject::PassThrough) by default).
 //!
+//! On a filter shared with other instances (bloom-redis), a would-be rejection may wait for
+//! proof that the local view is current ([`Rejection::Confirm`](crate::shared_filter::Rejection::Confirm)):
+//! the readied inner service goes into the response future (a clone stays behind, hence
+//! `S: Clone`), the filter is looked at again once the proof is back, and the request is
+//! rejected or passed on then. Hits never wait.
+//!
 //! Rejections are responses, never errors, and `poll_ready` is the inner service's. To tell a
 //! guard's rejection from the handler's own `404`, have the guard mark its rejections with a
 //! header ([`rejection_header`](BloomGuard::rejection_header), off by default).
