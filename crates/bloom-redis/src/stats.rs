@@ -111,7 +111,7 @@ pub struct RedisStats {
     /// source's changes ([`RedisSync::follow`](crate::RedisSync::follow)).
     pub following: bool,
     /// Confirming pings sent: what would-be rejections cost Redis beyond the mark rounds
-    /// (one `EVALSHA` and one `PUBLISH` each; see `RedisSyncBuilder::confirm_timeout`).
+    /// (one `PUBLISH` each, an `EVALSHA` on a cluster; see `RedisSyncBuilder::confirm_timeout`).
     pub confirm_rounds: u64,
     /// Would-be rejections confirmed: a ping sent after each came back and the view was
     /// fresh, so the local filter's answer stood.

@@ -9,9 +9,9 @@
 //! no resubscription lost messages since, the follower or the marks bound what was not
 //! published), the filter is looked at again and its answer stands. No clocks are compared.
 //!
-//! *What it costs.* A ping is one `EVALSHA` whose script publishes on the instance's own
-//! channel (through the `{prefix}` slot, like every other message of this instance, so that
-//! they reach each subscriber in order on a cluster too). The confirmer sends one only when a
+//! *What it costs.* A ping is one `PUBLISH` on the instance's own channel; on a cluster, one
+//! `EVALSHA` whose script publishes it through the `{prefix}` slot, like every other message of
+//! this instance, so that they reach each subscriber in order. The confirmer sends one only when a
 //! waiting rejection needs a newer one than any sent (a mark round's ping counts), one per
 //! [`SPACING`] on average (bursts of a few): a flood of absent keys at any rate costs at most
 //! that. Hits never
@@ -87,10 +87,23 @@ impl Inner {
             let (seq, nonce) = self.freshness.ping_sent();
             let ping = protocol::encode(Kind::Ping, self.id, 0, &[seq, nonce]);
             let mut conn = self.conn.clone();
-            let script = scripts::ping();
-            let mut invocation = script.key(self.keys.marks());
-            invocation.arg(&channel).arg(ping);
-            let sent = invocation.invoke_async::<i64>(&mut conn);
+            let sent = async {
+                if self.cfg.cluster {
+                    // Through the `{prefix}` slot's node, which publishes every other message
+                    // of this instance: the ping reaches each subscriber after them.
+                    let script = scripts::ping();
+                    let mut invocation = script.key(self.keys.marks());
+                    invocation.arg(&channel).arg(ping);
+                    invocation.invoke_async::<i64>(&mut conn).await
+                } else {
+                    // One server runs every command in one order: a plain PUBLISH.
+                    redis::cmd("PUBLISH")
+                        .arg(&channel)
+                        .arg(ping)
+                        .query_async::<i64>(&mut conn)
+                        .await
+                }
+            };
             self.counters.confirm_rounds.fetch_add(1, Relaxed);
             // Not awaited past the confirm timeout: the waiters have gone to the policy then,
             // and a newer ping goes out for the next ones.
