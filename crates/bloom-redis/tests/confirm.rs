@@ -22,6 +22,9 @@ use fault::{FaultProxy, Mode};
 const SEED: u128 = 0xc0f1_7e5e_c0f1_7e5e_c0f1_7e5e_c0f1_7e5e;
 const HANG: Duration = Duration::from_secs(20);
 
+/// One test at a time: a flood beside another test's fleet would starve its heartbeats.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn filter() -> SharedFilter<str> {
     SharedFilter::new(
         BloomFilter::builder()
@@ -65,6 +68,7 @@ async fn a_key_created_on_one_instance_is_never_absent_on_another_once_its_creat
     let Some(server) = common::start() else {
         return;
     };
+    let _one = ONE_AT_A_TIME.lock().await;
     let url = server.url();
     let (a, b) = (
         Arc::new(join(&url, "ryw").await),
@@ -128,6 +132,7 @@ async fn concurrent_rejections_share_rounds() {
     let Some(server) = common::start() else {
         return;
     };
+    let _one = ONE_AT_A_TIME.lock().await;
     let sync = Arc::new(join(&server.url(), "flood").await);
     eventually("fresh", || sync.stats().fresh).await;
     let keys = absent_keys(&sync, "absent", 4_000);
@@ -181,6 +186,7 @@ async fn a_sustained_flood_costs_one_ping_a_millisecond() {
     let Some(server) = common::start() else {
         return;
     };
+    let _one = ONE_AT_A_TIME.lock().await;
     let sync = Arc::new(join(&server.url(), "sustained").await);
     eventually("fresh", || sync.stats().fresh).await;
     let keys = Arc::new(absent_keys(&sync, "absent", 1_000));
@@ -240,6 +246,7 @@ async fn a_hung_link_lets_rejections_through_after_confirm_timeout() {
     let Some(server) = common::start() else {
         return;
     };
+    let _one = ONE_AT_A_TIME.lock().await;
     let proxy = FaultProxy::start(SocketAddr::from(([127, 0, 0, 1], server.port()))).await;
     let sync = join(&proxy.url(), "hung-link").await;
     eventually("fresh", || sync.stats().fresh).await;
