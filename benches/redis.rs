@@ -176,17 +176,7 @@ fn main() {
                 .query_async(&mut conn)
                 .await
                 .unwrap();
-            info.lines()
-                .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info"))
-                .filter_map(|l| {
-                    l.split("calls=")
-                        .nth(1)?
-                        .split(',')
-                        .next()?
-                        .parse::<u64>()
-                        .ok()
-                })
-                .sum::<u64>()
+            redis_server::command_calls(&info, |command| command != "info")
         })
     };
     let (before_rounds, before_commands) = (b.stats().confirm_rounds, commands(&conn));

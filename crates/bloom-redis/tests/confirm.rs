@@ -228,17 +228,7 @@ async fn script_calls(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
         .query_async(conn)
         .await
         .unwrap();
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
+    common::command_calls(&info, |command| matches!(command, "evalsha" | "eval"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

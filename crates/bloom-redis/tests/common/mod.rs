@@ -192,3 +192,16 @@ impl Drop for RedisServer {
         self.kill();
     }
 }
+
+/// The calls of the commands `counted` names (lower case: `evalsha`, `publish`…) in the text
+/// of `INFO commandstats`.
+pub fn command_calls(commandstats: &str, counted: impl Fn(&str) -> bool) -> u64 {
+    commandstats
+        .lines()
+        .filter_map(|line| {
+            let (command, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = stats.strip_prefix("calls=")?.split(',').next()?;
+            counted(command).then(|| calls.parse::<u64>().ok())?
+        })
+        .sum()
+}
