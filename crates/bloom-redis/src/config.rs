@@ -49,6 +49,7 @@ pub struct RedisSyncBuilder {
     pub(crate) on_stale: StalePolicy,
     pub(crate) publish_timeout: Option<Duration>,
     pub(crate) confirm_timeout: Duration,
+    pub(crate) visible_timeout: Duration,
     pub(crate) min_rebuild_fraction: f64,
     pub(crate) refill_below: f64,
     pub(crate) warm_start: bool,
@@ -69,6 +70,7 @@ impl fmt::Debug for RedisSyncBuilder {
             .field("stale_after", &self.stale_after)
             .field("on_stale", &self.on_stale)
             .field("confirm_timeout", &self.confirm_timeout)
+            .field("visible_timeout", &self.visible_timeout)
             .field("warm_start", &self.warm_start)
             .finish_non_exhaustive()
     }
@@ -96,6 +98,7 @@ impl RedisSyncBuilder {
             on_stale: StalePolicy::LetThrough,
             publish_timeout: None,
             confirm_timeout: Duration::from_millis(50),
+            visible_timeout: Duration::from_secs(5),
             min_rebuild_fraction: 0.5,
             refill_below: 0.9,
             warm_start: false,
@@ -203,6 +206,26 @@ impl RedisSyncBuilder {
     /// ```
     pub fn confirm_timeout(mut self, timeout: Duration) -> Self {
         self.confirm_timeout = timeout;
+        self
+    }
+
+    /// The longest [`RedisSync::visible`](crate::RedisSync::visible) waits (default 5 s), so
+    /// that an acknowledgement is never held for longer whatever the follow interval. When
+    /// Redis does not answer, `visible` waits for the follow bound (the follow interval plus
+    /// [`stale_after`](Self::stale_after)); a bound above this timeout returns
+    /// [`Error::NotVisible`](crate::Error::NotVisible) after it instead, and the create
+    /// acknowledged then is let through by the other instances only within the follow bound
+    /// of its commit (case B of the guarantee).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use bloom_redis::RedisSync;
+    ///
+    /// let builder = RedisSync::builder("redis://127.0.0.1/").visible_timeout(Duration::from_secs(2));
+    /// # let _ = builder;
+    /// ```
+    pub fn visible_timeout(mut self, timeout: Duration) -> Self {
+        self.visible_timeout = timeout;
         self
     }
 

@@ -90,4 +90,19 @@ pub enum Error {
         /// How long it waited.
         waited: Duration,
     },
+    /// [`RedisSync::visible`](crate::RedisSync::visible): Redis did not answer, and the
+    /// follow bound is longer than
+    /// [`visible_timeout`](crate::RedisSyncBuilder::visible_timeout): the commit is let
+    /// through by every instance within the follow bound of it, not yet.
+    #[error(
+        "the commit was not published to Redis within {waited:?}, and the fleet's follower \
+         reads it only within {follow_bound:?} of it; other instances may answer \"absent\" \
+         for it until then"
+    )]
+    NotVisible {
+        /// How long it waited.
+        waited: Duration,
+        /// The follow bound (the follow interval plus `stale_after`).
+        follow_bound: Duration,
+    },
 }

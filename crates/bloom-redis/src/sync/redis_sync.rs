@@ -281,6 +281,8 @@ impl<K: ?Sized> RedisSync<K> {
     /// [`Error::NotPropagated`] after [`publish_timeout`](RedisSyncBuilder::publish_timeout)
     /// when the fleet follows no source: the other instances are stale while they wait for
     /// this one's marks (up to `member_timeout`), and let the key through meanwhile.
+    /// [`Error::NotVisible`] after [`visible_timeout`](RedisSyncBuilder::visible_timeout)
+    /// when the follow bound is longer than that.
     ///
     /// ```no_run
     /// # async fn example(sync: bloom_redis::RedisSync<u64>) -> Result<(), Box<dyn std::error::Error>> {
@@ -305,13 +307,23 @@ impl<K: ?Sized> RedisSync<K> {
             };
         }
         // The bound is measured on this instance's clock from after the commit; a margin
-        // covers the clocks' rates.
+        // covers the clocks' rates. Never longer than `visible_timeout` (the workspace's
+        // `tests/user_service_e2e.rs` `sqlite_users_created_while_redis_hangs_are_found_on_the_other_instance`
+        // follows every hour).
         let bound = Duration::from_millis(follow_bound + follow_bound / 100 + 10);
-        Ok(if inner.outbox.wait_published(bound).await {
-            Visible::Published
+        let limit = inner.cfg.visible_timeout;
+        if inner.outbox.wait_published(bound.min(limit)).await {
+            Ok(Visible::Published)
+        } else if bound <= limit {
+            Ok(Visible::Followed)
         } else {
-            Visible::Followed
-        })
+            let follow_bound = Duration::from_millis(follow_bound);
+            tracing::warn!(prefix = %inner.prefix, waited = ?limit, ?follow_bound, "a commit not published to Redis in time is acknowledged before the follow bound; other instances may answer \"absent\" for it until the follower reads it");
+            Err(Error::NotVisible {
+                waited: limit,
+                follow_bound,
+            })
+        }
     }
 
     /// Reconciles now (both directions), instead of waiting for the next interval: the
