@@ -67,6 +67,7 @@ async fn postgres_suite() {
     a_fleet_follows_an_outside_writer_and_survives_its_follower_killed(&server, dir.path()).await;
     a_uuid_table_restarted_from_its_snapshot_is_caught_up(&server, dir.path()).await;
     a_uuid_column_is_followed_as_uuid_keys(&server).await;
+    installing_beside_a_writer_does_not_deadlock(&server).await;
 }
 
 async fn one_instance_follows_other_writers(server: &postgres::Postgres, dir: &std::path::Path) {
@@ -403,4 +404,37 @@ async fn a_uuid_column_is_followed_as_uuid_keys(server: &postgres::Postgres) {
     );
     following.shutdown().await;
     println!("postgres uuid column: 300 rows of another writer followed in {took:?}");
+}
+
+/// `ChangeLog::install` on a log that exists (an instance starting beside running ones)
+/// while another writer's transaction holds the table and then inserts (its trigger writes
+/// the log): both succeed, neither is chosen as a deadlock's victim.
+async fn installing_beside_a_writer_does_not_deadlock(server: &postgres::Postgres) {
+    use bloom_tower::key_source::change_log::ChangeLog;
+
+    let pool = uuid_orders(server, "follow_install").await;
+    let log = ChangeLog::<String, sqlx::Postgres>::postgres(pool.clone(), "orders", "id").unwrap();
+    log.install().await.unwrap();
+    // The pool's two connections: the writer's, and the install's.
+    let mut tx = pool.begin().await.unwrap();
+    // The writer holds the table (as its INSERT does) before its trigger touches the log.
+    (&mut *tx)
+        .execute("LOCK TABLE orders IN ROW EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let installing = tokio::spawn(async move { log.install().await });
+    // Long enough for the install to take whatever it takes before it waits for the table.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let inserted = (&mut *tx)
+        .execute("INSERT INTO orders DEFAULT VALUES")
+        .await;
+    let committed = match inserted {
+        Ok(_) => tx.commit().await,
+        Err(error) => Err(error),
+    };
+    let installed = installing.await.unwrap();
+    assert!(
+        committed.is_ok() && installed.is_ok(),
+        "writer: {committed:?}; install: {installed:?}"
+    );
 }

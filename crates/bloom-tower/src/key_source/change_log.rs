@@ -450,7 +450,8 @@ where
 {
     /// Creates the log table, its index and its trigger if they are missing
     /// ([`install_sql`](Self::install_sql)); on PostgreSQL in one transaction under an
-    /// advisory lock, so instances starting together do not race. Rows written before the
+    /// advisory lock, so instances starting together do not race, with the table locked
+    /// against writes for the transaction's few milliseconds. Rows written before the
     /// trigger existed are not in the log: a full read ([`keys`](KeySource::keys)) after
     /// installing covers them.
     pub async fn install(&self) -> Result<(), ::sqlx::Error> {
@@ -459,6 +460,12 @@ where
         if self.dialect == Dialect::Postgres {
             let lock = format!("SELECT pg_advisory_xact_lock({})", self.lock_id());
             (&mut *tx).execute(&*lock).await?;
+            // The table before the log, in the order a writer takes them (its INSERT, then
+            // the trigger's): the trigger's DDL needs the table in this mode, and taking the
+            // log first would deadlock with a writer between its INSERT and its trigger
+            // (tests/follow.rs `installing_beside_a_writer_does_not_deadlock`).
+            let table = format!("LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE", self.table_name);
+            (&mut *tx).execute(&*table).await?;
         }
         for statement in self.install_sql() {
             (&mut *tx).execute(&*statement).await?;
