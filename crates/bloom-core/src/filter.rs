@@ -277,12 +277,6 @@ impl BloomFilter {
         }
     }
 
-    /// The key's hash, as every probe of this filter derives it.
-    #[inline(always)]
-    pub(crate) fn key_hash<K: Key + ?Sized>(&self, key: &K) -> KeyHash {
-        self.hasher.hash(key)
-    }
-
     #[inline(always)]
     pub(crate) fn prefetch(&self, h: KeyHash) {
         match self.layout {
@@ -589,14 +583,27 @@ impl BloomFilter {
     /// ```
     pub fn union(&self, other: &BloomFilter) -> Result<(), IncompatibleError> {
         self.check_compatible(other)?;
-        let mut changed = false;
-        for (i, w) in other.bits.iter().enumerate() {
-            if w != 0 {
-                changed |= self.bits.set(i, w);
-            }
-        }
+        let changed = self.or_words(0, other.bits.iter());
         self.count_merge(changed);
         Ok(())
+    }
+
+    /// ORs `words` into the bit array from word `first_word` on, without the padding of the
+    /// last word (its bits at and above m, which no key sets and a file must hold as 0:
+    /// `union_words_ignores_the_padding_above_m`); `true` if any bit was clear before.
+    fn or_words(&self, first_word: usize, words: impl Iterator<Item = u64>) -> bool {
+        let last = self.bits.len() - 1;
+        let used = self.num_bits % BITS_PER_WORD;
+        let last_mask = if used == 0 { !0 } else { (1u64 << used) - 1 };
+        let mut changed = false;
+        for (i, w) in words.enumerate() {
+            let at = first_word + i;
+            let w = if at == last { w & last_mask } else { w };
+            if w != 0 {
+                changed |= self.bits.set(at, w);
+            }
+        }
+        changed
     }
 
     /// Keeps only bits set in both (bitwise AND): answers "maybe" for keys in both filters
@@ -638,11 +645,6 @@ impl BloomFilter {
         let mut parts = self.parts();
         parts.hasher = KeyHasher::random().map_err(BuildError::Random)?;
         Ok(Self::from_parts(parts, None))
-    }
-
-    /// An empty filter of the same shape and hash key.
-    pub(crate) fn empty_like(&self) -> Self {
-        Self::from_parts(self.parts(), None)
     }
 
     /// Clears every bit. Inserts racing with `clear` may be lost: clear only a filter
@@ -719,6 +721,11 @@ impl BloomFilter {
     /// [`check_compatible`](Self::check_compatible)). Returns `true` if any bit was clear
     /// before. Lock-free, and safe to run alongside inserts and lookups.
     ///
+    /// Bits at and above [`num_bits`](Self::num_bits) in the last word (the padding of a
+    /// Classic filter whose m is not a multiple of 64) carry no key and are ignored: they
+    /// are never set, so the filter's file still loads (docs/FORMAT.md: "slots at and above
+    /// m in the last word are 0").
+    ///
     /// # Panics
     ///
     /// If `first_word + words.len()` exceeds [`num_words`](Self::num_words).
@@ -742,12 +749,7 @@ impl BloomFilter {
             words.len(),
             self.bits.len()
         );
-        let mut changed = false;
-        for (i, &w) in words.iter().enumerate() {
-            if w != 0 {
-                changed |= self.bits.set(first_word + i, w);
-            }
-        }
+        let changed = self.or_words(first_word, words.iter().copied());
         self.count_merge(changed);
         changed
     }
@@ -1092,6 +1094,34 @@ mod tests {
             far.insert_many(&keys);
             assert!(keys.iter().all(|k| far.contains(k)), "{layout:?}");
         }
+    }
+
+    /// Padding bits (at and above m in the last word) given to `union_words` are not set:
+    /// the filter's file loads afterwards, and only the bits below m count as new.
+    #[test]
+    fn union_words_ignores_the_padding_above_m() {
+        let f = BloomFilter::builder()
+            .bits(200) // 4 words; bits 200..256 are padding
+            .hashes(3)
+            .layout(Layout::Classic)
+            .seed(9)
+            .build()
+            .unwrap();
+        assert!(!f.union_words(3, &[!0 << 8]), "only padding: nothing new");
+        assert_eq!(f.count_ones(), 0);
+        assert!(f.union_words(2, &[1, !0]));
+        assert_eq!(f.count_ones(), 1 + 8);
+        assert_eq!(f.words().last(), Some(0xFF));
+        let copy = BloomFilter::from_bytes(&f.to_bytes()).expect("no bit above m");
+        let other = filter(Layout::Classic);
+        assert!(other.union_words(other.num_words() - 1, &[!0]));
+        assert_eq!(
+            other.count_ones(),
+            64,
+            "4096 bits: the last word has no padding"
+        );
+        assert!(copy.union(&f).is_ok());
+        assert_eq!(copy.count_ones(), 9);
     }
 
     #[test]

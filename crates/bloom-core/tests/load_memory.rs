@@ -9,7 +9,8 @@
 use bloom_core::{AnyFilter, BloomFilter, CountingBloomFilter, CuckooFilter};
 
 const MIB: u64 = 1 << 20;
-/// One staging buffer (`format/words.rs` `STAGE`) and room for the allocator's own.
+/// One staging buffer (`format/words.rs` `STAGE`) and room for the allocator's own (it may
+/// keep the smaller staging buffers, below its `mmap` threshold).
 const ONE_BUFFER: u64 = 32 * MIB + 16 * MIB;
 
 /// A kind's name, and a file of it.

@@ -194,11 +194,16 @@ impl Snapshot {
             });
         }
         let len = label_len(&fixed)? as usize;
-        let mut body = vec![0u8; len + CHECKSUM_LEN];
-        let read = read_up_to(r, &mut body)?;
-        if read < body.len() {
+        // Grown as the bytes arrive: a label that claims 1 MiB in a short file allocates
+        // what the file holds (`tests/crafted_files.rs`
+        // `a_snapshot_label_claiming_a_megabyte_allocates_what_arrives`).
+        let mut body = Vec::new();
+        let read = (&mut *r)
+            .take((len + CHECKSUM_LEN) as u64)
+            .read_to_end(&mut body)?;
+        if read < len + CHECKSUM_LEN {
             return Err(DecodeError::Truncated {
-                needed: (PREFIX_LEN + body.len()) as u64,
+                needed: (PREFIX_LEN + len + CHECKSUM_LEN) as u64,
                 available: (PREFIX_LEN + read) as u64,
             });
         }

@@ -17,6 +17,15 @@
 //! its stages. Every writer streams, checksumming as it goes: no file is built in memory
 //! before it is written.
 //!
+//! Every reader is bounded by its input, not by what a header claims (a checksum is not a
+//! MAC: a crafted file's checksums are valid). Rule (docs/FORMAT.md, "What a reader
+//! allocates"): while it reads an input of `L` bytes (a manifest's generation files counted
+//! in), a reader has at most `3·L + 256 KiB` allocated, the filter it returns included; a
+//! windowed filter's generation stored empty is not allocated until a key goes into it; any
+//! defect is a [`DecodeError`], never a panic. Guarded by `tests/crafted_files.rs`
+//! (`mutated_headers_of_real_files_never_panic_and_stay_within_the_bound` and one test per
+//! kind), which counts every allocation.
+//!
 //! ```
 //! use bloom_core::format::{FilterKind, peek};
 //!

@@ -90,7 +90,9 @@ impl ScalableBloomFilter {
     }
 
     /// Reads one scalable filter from `r`, which must end right after it. The input is read
-    /// as it arrives, so memory never exceeds what the input holds.
+    /// whole as it arrives (a buffer that grows with it), then decoded: at most three times
+    /// the input is allocated, whatever its header claims (docs/FORMAT.md, "What a reader
+    /// allocates").
     ///
     /// ```
     /// use bloom_core::ScalableBloomFilter;

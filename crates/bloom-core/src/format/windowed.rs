@@ -7,6 +7,15 @@
 //! A reader on a time window does not build the generations that expired since the file was
 //! written (it checks their bytes, then leaves them empty and untouched): a state saved a day
 //! ago costs the memory and the work of the generations still inside the window.
+//!
+//! Rule (docs/FORMAT.md, "What a reader allocates"): a reader allocates only what the bytes
+//! it read back. A generation stored empty (L = 0) is not allocated at all: the filter
+//! allocates it when a key first goes into it, so 65 generations claimed huge and stored in
+//! 604 bytes cost a few kilobytes to read. Each stored generation is a kind-0 file read as
+//! it arrives (`words.rs`). While it reads `L` bytes (a manifest's generation files
+//! counted in), a reader has at most `3·L + 256 KiB` allocated: `tests/crafted_files.rs`
+//! (`a_ring_of_empty_generations_sized_huge_loads_without_allocating_them`,
+//! `mutated_headers_of_real_files_never_panic_and_stay_within_the_bound`).
 
 use std::io::{self, Read, Write};
 use std::sync::Arc;
@@ -133,15 +142,16 @@ impl WindowedHeader {
             .map_err(|_| DecodeError::Inconsistent("generations too large to build"))
     }
 
-    /// The filter, once each generation is one of the template's shape.
+    /// The filter, once each generation stored is one of `template`'s shape (`None`: a
+    /// generation stored empty, not allocated).
     fn filter(
         self,
+        template: Parts0,
         state: (u64, u64),
-        generations: Vec<BloomFilter>,
+        generations: Vec<Option<BloomFilter>>,
         written: Vec<bool>,
         clock: Arc<dyn Clock>,
     ) -> Result<WindowedFilter, DecodeError> {
-        let template = self.template()?;
         let same = |g: &BloomFilter| {
             (
                 g.num_bits(),
@@ -157,7 +167,7 @@ impl WindowedHeader {
                 template.capacity,
             )
         };
-        if !generations.iter().all(same) {
+        if !generations.iter().flatten().all(same) {
             return Err(DecodeError::Inconsistent(
                 "a generation does not have the container's settings",
             ));
@@ -171,6 +181,7 @@ impl WindowedHeader {
         };
         Ok(WindowedFilter::from_parts(
             parts,
+            template,
             generations,
             Some(state),
             Some(written),
@@ -212,11 +223,11 @@ impl WindowedFilter {
     /// ```
     pub fn write_to<W: Write + ?Sized>(&self, w: &mut W) -> io::Result<()> {
         let mut out = Container::start(self, false, w)?;
-        for (i, generation) in self.ring_generations().iter().enumerate() {
-            if !self.ring_written(i) {
+        for i in 0..self.ring_len() {
+            let Some(generation) = self.ring_written(i) else {
                 out.put(&0u64.to_le_bytes())?;
                 continue;
-            }
+            };
             out.put(&super::words::encoded_len(generation).to_le_bytes())?;
             // Checksummed by its own trailer.
             super::words::write_to(generation, out.unsummed())?;
@@ -346,6 +357,23 @@ pub(super) fn read_windowed<R: Read + ?Sized>(
     let expected = (HEADER_LEN + CHECKSUM_LEN) as u64 + template.slots.div_ceil(64) * 8;
     let mut read = head.len() as u64;
     let ring = u64::from(header.generations) + 1;
+    // A filter steps its epoch and the ring's past it: an epoch within a ring of 2^64 (585
+    // million years of milliseconds) is no state a filter reaches (`tests/crafted_files.rs`
+    // `a_newest_epoch_at_the_end_of_u64_is_refused`).
+    if state.0 > u64::MAX - ring {
+        return Err(DecodeError::Inconsistent(
+            "the newest epoch leaves no room for the ring below 2^64",
+        ));
+    }
+    // A count window's epoch is the last insert's: `⌊(inserts − 1) / T⌋` when written with
+    // no insert running, less if one ran (the count moves first), never more.
+    if let Window::Count(_) = header.window {
+        if state.0 > state.1.saturating_sub(1) / header.period {
+            return Err(DecodeError::Inconsistent(
+                "a window of inserts whose epoch is ahead of its inserts",
+            ));
+        }
+    }
     // The epoch the clock is in; `None` for a count window (whose clock is the file).
     let now = match header.window {
         Window::Time(_) => Some(clock.now_millis() / header.period),
@@ -364,8 +392,9 @@ pub(super) fn read_windowed<R: Read + ?Sized>(
         Ok(())
     };
     // What each generation is, until the container's checksum is verified: only then are
-    // generation files opened, and the empty generations allocated (a damaged header cannot
-    // make the reader allocate what it claims: `a_damaged_header_allocates_nothing_it_claims`).
+    // generation files opened. The empty generations are never allocated here (a header
+    // cannot make the reader allocate what it claims: `a_damaged_header_allocates_nothing_it_claims`,
+    // `tests/crafted_files.rs`).
     enum Slot {
         Empty,
         Read(BloomFilter),
@@ -440,9 +469,8 @@ pub(super) fn read_windowed<R: Read + ?Sized>(
             }
         };
         written.push(generation.is_some());
-        generations
-            .push(generation.unwrap_or_else(|| BloomFilter::from_parts(template.clone(), None)));
+        generations.push(generation);
     }
-    let filter = header.filter(state, generations, written, clock)?;
+    let filter = header.filter(template, state, generations, written, clock)?;
     Ok((filter, files))
 }

@@ -96,12 +96,12 @@ impl WindowedFilter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn epochs_with_keys(&self) -> Vec<u64> {
-        let ring = self.ring_generations().len() as u64;
+        let ring = self.ring_len() as u64;
         let epoch = self.epoch();
         (0..ring)
             .filter_map(|back| {
                 let e = epoch.checked_sub(back)?;
-                self.ring_written((e % ring) as usize).then_some(e)
+                self.ring_written((e % ring) as usize).map(|_| e)
             })
             .collect()
     }
@@ -127,14 +127,18 @@ impl WindowedFilter {
         epoch: u64,
         w: &mut W,
     ) -> io::Result<GenerationFile> {
-        if !self.epochs_with_keys().contains(&epoch) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("epoch {epoch}'s generation holds no key"),
-            ));
-        }
-        let ring = self.ring_generations().len() as u64;
-        let generation = &self.ring_generations()[(epoch % ring) as usize];
+        let ring = self.ring_len() as u64;
+        let generation = self
+            .epochs_with_keys()
+            .contains(&epoch)
+            .then(|| self.ring_written((epoch % ring) as usize))
+            .flatten()
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("epoch {epoch}'s generation holds no key"),
+                )
+            })?;
         let mut tail = Tail::new(w);
         super::words::write_to(generation, &mut tail)?;
         Ok(GenerationFile {
@@ -174,9 +178,12 @@ impl WindowedFilter {
     ) -> io::Result<()> {
         let mut out = Container::start(self, true, w)?;
         let with_keys = self.epochs_with_keys();
-        let ring = self.ring_generations().len() as u64;
-        for (i, generation) in self.ring_generations().iter().enumerate() {
-            let Some(&epoch) = with_keys.iter().find(|&&e| e % ring == i as u64) else {
+        let ring = self.ring_len() as u64;
+        for i in 0..self.ring_len() {
+            let (Some(&epoch), Some(generation)) = (
+                with_keys.iter().find(|&&e| e % ring == i as u64),
+                self.ring_written(i),
+            ) else {
                 out.put(&0u64.to_le_bytes())?;
                 continue;
             };

@@ -97,15 +97,18 @@ pub(crate) fn word_fill<T: WordElement>(
         .ok()
         .and_then(|n| n.checked_add(spare))
         .and_then(WordFill::new)
-        .ok_or_else(|| {
-            DecodeError::Io(io::Error::new(
-                io::ErrorKind::OutOfMemory,
-                format!(
-                    "cannot allocate the {} bytes the header promises",
-                    num_words.saturating_mul(8)
-                ),
-            ))
-        })
+        .ok_or_else(|| out_of_memory(num_words))
+}
+
+/// The allocator refused an array for `num_words` words.
+pub(crate) fn out_of_memory(num_words: u64) -> DecodeError {
+    DecodeError::Io(io::Error::new(
+        io::ErrorKind::OutOfMemory,
+        format!(
+            "cannot allocate the {} bytes the header promises",
+            num_words.saturating_mul(8)
+        ),
+    ))
 }
 
 /// The body (the words' bytes) of a file of `header + 8·W + checksum` bytes that must be
@@ -142,18 +145,28 @@ fn read_from<F: WordBody, R: Read + ?Sized>(r: &mut R) -> Result<F, DecodeError>
     Ok(F::from_body(header.parts, words))
 }
 
-/// Bytes of one staging buffer: glibc's largest `mmap` threshold, so each full one is its
-/// own mapping and freeing it gives its pages back at once.
-const STAGE: usize = 32 << 20;
+/// Bytes of the largest staging buffer: glibc's largest `mmap` threshold, so each full one
+/// is its own mapping and freeing it gives its pages back at once.
+const STAGE: u64 = 32 << 20;
+/// Bytes of the first staging buffer; each later one is as large as all before it together,
+/// up to [`STAGE`].
+const FIRST_STAGE: u64 = CHUNK as u64;
 
-/// Reads a body like [`read_body`], staged in buffers of at most [`STAGE`] bytes allocated
-/// as the data arrives, then moves it into the filter's word array (plus `spare` zero words),
-/// freeing each buffer once it is copied. So a header that claims a huge filter makes it
-/// allocate no more than the input backs (and one buffer), and the filter's array, allocated
-/// uninitialised, takes its pages as the buffers give theirs back: the resident peak while
-/// loading is the filter plus one buffer, not twice the filter (`tests/format.rs`
-/// `a_huge_claimed_size_with_a_tiny_body_is_truncated_without_allocating_it`,
-/// `tests/load_memory.rs` `loading_takes_the_filter_and_one_buffer`).
+/// Reads a body like [`read_body`] into the filter's word array (plus `spare` zero words).
+///
+/// Rule: nothing is allocated for words that have not arrived beyond what arrived already.
+/// The words are staged in buffers allocated as they arrive, the first of 64 KiB and each
+/// later one as large as all before it (at most [`STAGE`]); once the whole array is at most
+/// twice what arrived (at a buffer's end), it is allocated, the buffers are moved into it
+/// and freed one by one, and the rest is read straight into it. So while `L` bytes have been
+/// read the reader holds at most `3·L` bytes of words plus the 64 KiB read chunk, whatever
+/// the header claims (`tests/crafted_files.rs`
+/// `plain_and_counting_files_claiming_huge_sizes_are_refused`, `tests/format.rs`
+/// `a_huge_claimed_size_with_a_tiny_body_is_truncated_without_allocating_it`). The array is
+/// allocated uninitialised and takes its pages as the words are written, so the resident
+/// peak while loading is the filter plus at most a buffer and what the allocator keeps of
+/// the smaller ones, not twice the filter (`tests/load_memory.rs`
+/// `loading_takes_the_filter_and_one_buffer`).
 pub(crate) fn read_staged<T: WordElement, R: Read + ?Sized>(
     r: &mut R,
     header_bytes: &[u8; HEADER_LEN],
@@ -161,20 +174,41 @@ pub(crate) fn read_staged<T: WordElement, R: Read + ?Sized>(
     needed: u64,
     spare: usize,
 ) -> Result<WordFill<T>, DecodeError> {
-    let mut left = num_words * 8;
+    let total = num_words * 8;
+    let mut staged = 0u64;
     let mut stages: Vec<Vec<u8>> = Vec::new();
+    let mut words: Result<Option<WordFill<T>>, DecodeError> = Ok(None);
     read_body(r, header_bytes, num_words, needed, |mut body| {
         while !body.is_empty() {
+            match &mut words {
+                Ok(Some(words)) => return words.push_le_bytes(body),
+                Err(_) => return,
+                Ok(None) => {}
+            }
             if stages.last().is_none_or(|s| s.len() == s.capacity()) {
-                stages.push(Vec::with_capacity(left.min(STAGE as u64) as usize));
+                // Every buffer is full: `staged` bytes arrived.
+                if total <= 2 * staged {
+                    words = word_fill(num_words, spare).map(|mut array| {
+                        for stage in stages.drain(..) {
+                            array.push_le_bytes(&stage);
+                        }
+                        Some(array)
+                    });
+                    continue;
+                }
+                let len = (total - staged).min(STAGE).min(staged.max(FIRST_STAGE));
+                stages.push(Vec::with_capacity(len as usize));
             }
             let stage = stages.last_mut().expect("pushed above");
             let take = (stage.capacity() - stage.len()).min(body.len());
             stage.extend_from_slice(&body[..take]);
-            left -= take as u64;
+            staged += take as u64;
             body = &body[take..];
         }
     })?;
+    if let Some(words) = words? {
+        return Ok(words);
+    }
     let mut words = word_fill(num_words, spare)?;
     for stage in stages {
         words.push_le_bytes(&stage);
@@ -215,8 +249,8 @@ pub(crate) fn read_body<R: Read + ?Sized>(
 ) -> Result<(), DecodeError> {
     let mut digest = digest();
     digest.update(header_bytes);
-    let mut chunk = vec![0u8; CHUNK];
     let mut remaining = num_words * 8;
+    let mut chunk = vec![0u8; remaining.min(CHUNK as u64) as usize];
     while remaining > 0 {
         let want = remaining.min(chunk.len() as u64) as usize;
         let got = read_up_to(r, &mut chunk[..want])?;

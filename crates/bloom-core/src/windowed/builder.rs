@@ -5,7 +5,8 @@
 //! covers a period `T = W / (N − 1)` and holds the keys of one period: `n / (N − 1)` at the
 //! sized rate. A lookup tests `N` generations, each sized for `p_g = 1 − (1 − p)^(1/N)`, so
 //! it answers a wrong "seen" with probability at most `1 − (1 − p_g)^N = p`, however long
-//! the stream. Memory is `N + 1` generations of `n / (N − 1)` keys at `p_g`.
+//! the stream. Memory is `N + 1` generations of `n / (N − 1)` keys at `p_g`, each allocated
+//! when a key first goes into it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -183,16 +184,14 @@ impl WindowedBuilder {
                 .map_err(BuildError::Random)?
                 .seed(),
         };
-        // Sized once (the layout's model is a search), then each generation allocated.
-        let parts = BloomFilter::builder()
+        // Sized once (the layout's model is a search); each generation is allocated when a
+        // key first goes into it.
+        let shape = BloomFilter::builder()
             .expected_items(per_generation)
             .false_positive_rate(p_generation)
             .layout(self.layout)
             .seed(seed)
             .resolve()?;
-        let filters = (0..=generations)
-            .map(|_| BloomFilter::from_parts(parts.clone(), None))
-            .collect::<Vec<_>>();
         Ok(WindowedFilter::from_parts(
             super::filter::Parts {
                 window: self.window,
@@ -201,7 +200,8 @@ impl WindowedBuilder {
                 fpr: p,
                 clock: self.clock,
             },
-            filters,
+            shape,
+            (0..=generations).map(|_| None).collect(),
             None,
             None,
         ))

@@ -2,8 +2,10 @@
 //! lookup reads, and the rotation.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
+use crate::builder::Parts as Shape;
+use crate::hasher::KeyHasher;
 use crate::sync::{AtomicU64, Mutex, Ordering, fence};
 use crate::{BloomFilter, Key};
 
@@ -31,7 +33,9 @@ pub(crate) struct Parts {
 /// from its insert until between `W` and `W + T` later (the guarantee and its proof: the
 /// module docs of `windowed`). `insert` and `contains` take `&self` and are lock-free;
 /// the insert that crosses into a new period clears the spare (one `memset` of a
-/// generation) while lookups go on.
+/// generation) while lookups go on. A generation is allocated when a key first goes into
+/// it (the inserts into it meanwhile wait for that; lookups never do): a filter new or
+/// loaded from a file holds only the generations that took keys.
 ///
 /// ```
 /// use bloom_core::windowed::{Window, WindowedFilter};
@@ -50,8 +54,16 @@ pub(crate) struct Parts {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct WindowedFilter {
-    /// `N + 1` generations; epoch `e`'s keys are in `generations[e mod (N + 1)]`.
-    generations: Box<[BloomFilter]>,
+    /// `N + 1` generations; epoch `e`'s keys are in `generations[e mod (N + 1)]`. Rule: a
+    /// generation is allocated when a key first goes into it, never before, so a file's
+    /// generations stored empty cost nothing to read (`tests/crafted_files.rs`
+    /// `a_ring_of_empty_generations_sized_huge_loads_without_allocating_them`), and once
+    /// allocated it stays (a rotation clears it). An empty cell answers as an empty
+    /// generation of `shape`. (`OnceLock` is std's under loom too: the allocation happens
+    /// before the `written` mark, which loom models.)
+    generations: Box<[OnceLock<BloomFilter>]>,
+    /// What every generation is: its m, k, layout, hash key, capacity and rate.
+    shape: Shape,
     /// The newest epoch: inserts go to its generation. Only [`advance_to`](Self::advance_to)
     /// raises it, under `rotation`.
     epoch: AtomicU64,
@@ -84,14 +96,16 @@ impl WindowedFilter {
         WindowedBuilder::new(window)
     }
 
-    /// Assembles a filter from validated parts; `state` is `(epoch, inserts)` from a file,
-    /// or `None` for a new, empty filter.
+    /// Assembles a filter from validated parts: every generation is of `shape`, and
+    /// `generations` holds those already allocated (a file's generations stored with their
+    /// bits); `state` is `(epoch, inserts)` from a file, or `None` for a new, empty filter.
     ///
     /// `written` says, per generation, whether it may hold keys (a file's generations
     /// stored with their bits); `None`: none does (a new filter).
     pub(crate) fn from_parts(
         parts: Parts,
-        generations: Vec<BloomFilter>,
+        shape: Shape,
+        generations: Vec<Option<BloomFilter>>,
         state: Option<(u64, u64)>,
         written: Option<Vec<bool>>,
     ) -> Self {
@@ -113,7 +127,11 @@ impl WindowedFilter {
         };
         let filter = Self {
             written,
-            generations: generations.into_boxed_slice(),
+            generations: generations
+                .into_iter()
+                .map(|g| g.map_or_else(OnceLock::new, OnceLock::from))
+                .collect(),
+            shape,
             epoch: AtomicU64::new(epoch),
             inserts: AtomicU64::new(inserts),
             rotation: Mutex::new(()),
@@ -131,8 +149,20 @@ impl WindowedFilter {
         self.generations.len() as u64
     }
 
-    fn generation(&self, epoch: u64) -> &BloomFilter {
-        &self.generations[(epoch % self.ring()) as usize]
+    /// Epoch `epoch`'s generation, if it was ever allocated (an empty one otherwise).
+    fn generation(&self, epoch: u64) -> Option<&BloomFilter> {
+        self.generations[(epoch % self.ring()) as usize].get()
+    }
+
+    /// Epoch `epoch`'s generation, allocated now if it never was: for a key about to go in.
+    fn generation_to_fill(&self, epoch: u64) -> &BloomFilter {
+        self.generations[(epoch % self.ring()) as usize]
+            .get_or_init(|| BloomFilter::from_parts(self.shape.clone(), None))
+    }
+
+    /// The hash every generation derives a key's bits from.
+    fn hasher(&self) -> &KeyHasher {
+        &self.shape.hasher
     }
 
     /// Whether epoch `epoch`'s generation may hold keys.
@@ -177,8 +207,9 @@ impl WindowedFilter {
                 // A key `W` inserts old or more may land in a recycled generation: a false
                 // positive at worst, never a lost key.
                 let epoch = self.tick();
+                let generation = self.generation_to_fill(epoch);
                 self.mark_written(epoch);
-                self.generation(epoch).insert(key)
+                generation.insert(key)
             }
             Window::Time(_) => loop {
                 let now = self.clock_epoch();
@@ -186,8 +217,9 @@ impl WindowedFilter {
                     self.advance_to(now);
                 }
                 let epoch = self.epoch.load(Ordering::SeqCst);
+                let generation = self.generation_to_fill(epoch);
                 self.mark_written(epoch);
-                let added = self.generation(epoch).insert(key);
+                let added = generation.insert(key);
                 // Orders the insert's bits before the re-reads: if a rotation began before
                 // them, they see it (see the module docs).
                 fence(Ordering::SeqCst);
@@ -220,13 +252,15 @@ impl WindowedFilter {
             oldest = oldest.max((self.clock_epoch() + 1).saturating_sub(self.n()));
         }
         // Every generation has the same size, layout and hash key: one hash serves them all.
-        let h = self.generations[0].key_hash(key);
+        let h = self.hasher().hash(key);
         // Newest first, stepping back around the ring (one division, not one per step).
         let ring = self.generations.len();
         let mut at = (newest % self.ring()) as usize;
         for _ in oldest..=newest {
             if self.written[at].load(Ordering::Acquire) != 0
-                && self.generations[at].contains_hash(h)
+                && self.generations[at]
+                    .get()
+                    .is_some_and(|g| g.contains_hash(h))
             {
                 return true;
             }
@@ -303,12 +337,16 @@ impl WindowedFilter {
         // a division per key and generation.
         // (The generation keys go to is first, read or not; the others only if written.)
         let reads = |epoch: u64| -> Vec<&BloomFilter> {
+            let newest = self.generation_to_fill(epoch);
             self.mark_written(epoch);
             let oldest = (epoch + 1).saturating_sub(self.n());
-            (oldest..=epoch)
-                .rev()
-                .filter(|&e| e == epoch || self.is_written(e))
-                .map(|e| self.generation(e))
+            std::iter::once(newest)
+                .chain(
+                    (oldest..epoch)
+                        .rev()
+                        .filter(|&e| self.is_written(e))
+                        .filter_map(|e| self.generation(e)),
+                )
                 .collect()
         };
         let mut current = (batch_epoch, reads(batch_epoch));
@@ -332,11 +370,11 @@ impl WindowedFilter {
             }
             seen(found);
         };
-        let first = &self.generations[0];
+        let hasher = self.hasher();
         let mut ring = [crate::hasher::KeyHash { h1: 0 }; WINDOW];
         let mut hashed = 0usize;
         for key in keys {
-            let h = first.key_hash(&key);
+            let h = hasher.hash(&key);
             // The key's line is at the same place in every generation.
             for generation in &prefetch {
                 generation.prefetch(h);
@@ -360,8 +398,8 @@ impl WindowedFilter {
         if self.epoch.load(Ordering::SeqCst) != batch_epoch || self.clock_epoch() > batch_epoch {
             self.advance_to(self.clock_epoch());
             let epoch = self.epoch.load(Ordering::SeqCst);
+            let newest = self.generation_to_fill(epoch);
             self.mark_written(epoch);
-            let newest = self.generation(epoch);
             for &h in &inserted {
                 newest.insert_hash(h);
             }
@@ -389,7 +427,10 @@ impl WindowedFilter {
             fence(Ordering::SeqCst);
             for (generation, written) in self.generations.iter().zip(&self.written) {
                 if written.swap(0, Ordering::SeqCst) != 0 || clear_unwritten {
-                    generation.clear();
+                    // Never allocated: no bit to clear.
+                    if let Some(generation) = generation.get() {
+                        generation.clear();
+                    }
                 }
             }
             return;
@@ -403,7 +444,9 @@ impl WindowedFilter {
             let was_written =
                 self.written[((epoch + 1) % self.ring()) as usize].swap(0, Ordering::SeqCst) != 0;
             if was_written || clear_unwritten {
-                self.generation(epoch + 1).clear();
+                if let Some(generation) = self.generation(epoch + 1) {
+                    generation.clear();
+                }
             }
         }
     }
@@ -422,12 +465,12 @@ impl WindowedFilter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn fresh(&self) -> Result<Self, crate::BuildError> {
-        let template = self.generations[0].fresh()?;
-        let generations = (0..self.generations.len())
-            .map(|_| template.empty_like())
-            .collect();
+        let mut shape = self.shape.clone();
+        shape.hasher = KeyHasher::random().map_err(crate::BuildError::Random)?;
+        let generations = (0..self.generations.len()).map(|_| None).collect();
         Ok(Self::from_parts(
             self.parts.clone(),
+            shape,
             generations,
             None,
             None,
@@ -513,31 +556,32 @@ impl WindowedFilter {
 
     /// The secret hash key.
     pub fn seed(&self) -> u128 {
-        self.generations[0].seed()
+        self.shape.hasher.seed()
     }
 
     /// The generations' Bloom layout.
     pub fn layout(&self) -> crate::Layout {
-        self.generations[0].layout()
+        self.shape.layout
     }
 
-    /// Memory held by the generations, in bytes.
+    /// Memory the generations take once each has taken a key, in bytes: `N + 1` times one
+    /// generation's bit array. (A generation is allocated when a key first goes into it:
+    /// until then it takes none of this.)
     pub fn size_in_bytes(&self) -> usize {
-        self.generations
-            .iter()
-            .map(BloomFilter::size_in_bytes)
-            .sum()
+        self.generations.len() * self.shape.slots.div_ceil(64) as usize * 8
     }
 
-    /// Bits in all generations.
+    /// Bits in all generations (`N + 1` times one generation's m).
     pub fn num_bits(&self) -> u64 {
-        self.generations.iter().map(BloomFilter::num_bits).sum()
+        self.ring() * self.shape.slots
     }
 
     /// Keys inside the window, estimated from the generations' bits (one scan of each).
     pub fn estimated_items(&self) -> f64 {
-        // `+ 0.0`: an empty window's sum is −0.0.
+        // `+ 0.0`: an empty window's sum is −0.0. A generation never allocated holds no
+        // key (its estimate, 0, is left out).
         self.window_generations()
+            .flatten()
             .map(BloomFilter::estimated_items)
             .sum::<f64>()
             + 0.0
@@ -545,47 +589,59 @@ impl WindowedFilter {
 
     /// Bits each key sets in its generation (`k`, the same in every one).
     pub fn num_hashes(&self) -> u32 {
-        self.generations[0].num_hashes()
+        self.shape.hashes
     }
 
     /// The rate of wrong "seen" answers the bits imply now: one minus the chance that every
     /// generation in the window answers "absent".
     pub fn current_fpr(&self) -> f64 {
+        // A generation never allocated answers "absent" to every key (a factor of 1).
         1.0 - self
             .window_generations()
+            .flatten()
             .map(|g| 1.0 - g.current_fpr())
             .product::<f64>()
     }
 
     /// Set bits in the generations in the window (one scan of each).
     pub fn count_ones(&self) -> u64 {
-        self.window_generations().map(BloomFilter::count_ones).sum()
+        self.window_generations()
+            .flatten()
+            .map(BloomFilter::count_ones)
+            .sum()
     }
 
     /// The fraction of set bits over the generations in the window.
     pub fn fill_ratio(&self) -> f64 {
-        let (ones, bits) = self
-            .window_generations()
-            .fold((0, 0), |(o, b), g| (o + g.count_ones(), b + g.num_bits()));
+        let (ones, bits) = self.window_generations().fold((0, 0), |(o, b), g| {
+            (
+                o + g.map_or(0, BloomFilter::count_ones),
+                b + self.shape.slots,
+            )
+        });
         ones as f64 / bits.max(1) as f64
     }
 
-    /// The generations a lookup may now read, newest first.
-    fn window_generations(&self) -> impl Iterator<Item = &BloomFilter> {
+    /// The generations a lookup may now read, newest first (`None`: never allocated, so
+    /// empty).
+    fn window_generations(&self) -> impl Iterator<Item = Option<&BloomFilter>> {
         let newest = self.epoch();
         let oldest = (newest + 1).saturating_sub(self.n());
         (oldest..=newest).rev().map(|e| self.generation(e))
     }
 
-    /// Every generation, in ring order, for the file format.
-    pub(crate) fn ring_generations(&self) -> &[BloomFilter] {
-        &self.generations
+    /// `N + 1`, the generations in the ring, for the file format.
+    pub(crate) fn ring_len(&self) -> usize {
+        self.generations.len()
     }
 
-    /// Whether the generation at ring index `i` may hold keys (the file format stores only
-    /// those).
-    pub(crate) fn ring_written(&self, i: usize) -> bool {
-        self.written[i].load(Ordering::Acquire) != 0
+    /// The generation at ring index `i` if it may hold keys (the file format stores only
+    /// those): it took a key since it was last cleared.
+    pub(crate) fn ring_written(&self, i: usize) -> Option<&BloomFilter> {
+        if self.written[i].load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        self.generations[i].get()
     }
 
     pub(crate) fn parts(&self) -> &Parts {

@@ -29,7 +29,13 @@
 //!   of any length (`tests/windowed.rs` measures it after a hundred rotations).
 //! * **Never blocked.** `contains` takes no lock and never waits. The insert that crosses
 //!   into a new epoch rotates (it clears one generation); other inserts crossing at the same
-//!   time wait for it, lookups do not.
+//!   time wait for it, lookups do not. The first insert into a generation never written
+//!   allocates it (other inserts into it wait for that too); a lookup treats a generation
+//!   not allocated as empty.
+//! * **Memory as used.** A generation is allocated when a key first goes into it: a new
+//!   filter, or one read from a file whose later generations are stored empty, holds only
+//!   the generations that took keys, and reading a file costs what its bytes hold
+//!   (docs/FORMAT.md, "What a reader allocates"; `tests/crafted_files.rs`).
 //!
 //! # Why
 //!
