@@ -22,6 +22,8 @@ pub struct Loaded {
     pub file_len: u64,
     /// For a service's snapshot (`SharedFilter::save`): the filter's name and watermark.
     pub label: Option<SnapshotLabel>,
+    /// Bytes of the snapshot's label in front of the filter (`None`: a bare filter file).
+    pub label_len: Option<u64>,
 }
 
 /// Reads and validates a filter file of any kind (plain, counting, scalable, cuckoo, windowed), bare or
@@ -51,6 +53,7 @@ pub fn load(path: &Path) -> Result<Loaded> {
             filter: AnyFilter::Windowed(state.filter),
             version: info.version,
             label: None,
+            label_len: None,
         });
     }
     let mut rest = BufReader::with_capacity(READ_BUFFER, file);
@@ -60,11 +63,12 @@ pub fn load(path: &Path) -> Result<Loaded> {
     let filter = match snapshot.filter {
         AnyFilter::Windowed(_) if std::env::var_os(NOW_VARIABLE).is_some() => {
             let bytes = std::fs::read(path).map_err(cannot_read)?;
-            let start = info.label_len.unwrap_or(0) as usize;
-            AnyFilter::Windowed(
-                WindowedFilter::read_from_with_clock(&mut &bytes[start..], clock()?)
-                    .with_context(|| name.to_string())?,
-            )
+            AnyFilter::Windowed(windowed_after_label(
+                path,
+                info.label_len,
+                &bytes,
+                clock()?,
+            )?)
         }
         other => other,
     };
@@ -73,6 +77,7 @@ pub fn load(path: &Path) -> Result<Loaded> {
         version: info.version,
         file_len,
         label: snapshot.label,
+        label_len: info.label_len,
     })
 }
 
@@ -156,13 +161,12 @@ pub fn load_windowed(
     clock: std::sync::Arc<dyn bloom_core::windowed::Clock>,
 ) -> Result<WindowedFilter> {
     let name = path.display();
-    match load(path)?.filter {
+    let loaded = load(path)?;
+    match loaded.filter {
         AnyFilter::Windowed(_) => {
             let bytes =
                 std::fs::read(path).map_err(|e| anyhow!("{name}: cannot read: {}", io_msg(&e)))?;
-            let start = peek(&bytes).ok().and_then(|i| i.label_len).unwrap_or(0) as usize;
-            WindowedFilter::read_from_with_clock(&mut &bytes[start..], clock)
-                .with_context(|| name.to_string())
+            windowed_after_label(path, loaded.label_len, &bytes, clock)
         }
         other => Err(anyhow!(
             "{name}: a {} filter, not a windowed one; `bloom dedup --window` keeps its state in \
@@ -170,6 +174,36 @@ pub fn load_windowed(
             other.kind()
         )),
     }
+}
+
+/// The windowed filter in `bytes`, the file at `path` read again whole (to read it on
+/// `clock`), behind its label, which the first read found `label_len` bytes long. Rule: the
+/// first read is not trusted for this one, since the file may have changed in between (a
+/// save replaced it, a copy truncated it): a label of another length now, or bytes that end
+/// before it, is an error naming the file, never an index past their end
+/// (`tests::a_file_that_shrank_since_its_first_read_is_an_error`).
+fn windowed_after_label(
+    path: &Path,
+    label_len: Option<u64>,
+    bytes: &[u8],
+    clock: std::sync::Arc<dyn bloom_core::windowed::Clock>,
+) -> Result<WindowedFilter> {
+    let name = path.display();
+    let changed = || {
+        anyhow!(
+            "{name}: changed while it was read ({} bytes now); read it again",
+            bytes.len()
+        )
+    };
+    let now = peek(bytes).map_err(|_| changed())?;
+    if now.label_len != label_len {
+        return Err(changed());
+    }
+    let filter = usize::try_from(label_len.unwrap_or(0))
+        .ok()
+        .and_then(|start| bytes.get(start..))
+        .ok_or_else(changed)?;
+    WindowedFilter::read_from_with_clock(&mut &filter[..], clock).with_context(|| name.to_string())
 }
 
 /// Writes `filter` to the prepared atomic file.
@@ -180,4 +214,69 @@ pub fn save(file: AtomicFile, filter: &BloomFilter) -> Result<()> {
 /// Writes a filter of any kind to the prepared atomic file.
 pub fn save_any(file: AtomicFile, filter: &AnyFilter) -> Result<()> {
     file.commit(|w| filter.write_to(w))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bloom_core::windowed::{ManualClock, Window};
+
+    /// A labelled windowed snapshot's bytes, and where its filter starts.
+    fn snapshot() -> (Vec<u8>, usize) {
+        let filter = WindowedFilter::builder(Window::Count(100))
+            .expected_items(100)
+            .false_positive_rate(0.01)
+            .seed(1)
+            .build()
+            .unwrap();
+        filter.insert("a");
+        let mut bytes = Vec::new();
+        Snapshot::write(
+            &mut bytes,
+            &SnapshotLabel::new("seen").with_watermark(vec![7; 300]),
+            &AnyFilter::Windowed(filter),
+        )
+        .unwrap();
+        let start = peek(&bytes).unwrap().label_len.unwrap() as usize;
+        (bytes, start)
+    }
+
+    fn clock() -> std::sync::Arc<dyn bloom_core::windowed::Clock> {
+        std::sync::Arc::new(ManualClock::new(0))
+    }
+
+    /// The second read of a file whose first read found a label (its length would index
+    /// past these bytes): every shorter file, or one whose label changed, is an error naming
+    /// the file, never a panic; the whole file still reads, and so does a bare one.
+    #[test]
+    fn a_file_that_shrank_since_its_first_read_is_an_error() {
+        let (bytes, start) = snapshot();
+        let path = Path::new("seen.bloom");
+        let first = Some(start as u64);
+        let whole = windowed_after_label(path, first, &bytes, clock()).unwrap();
+        assert!(whole.contains("a"));
+        for len in [
+            0,
+            1,
+            10,
+            13,
+            14,
+            start - 1,
+            start,
+            start + 10,
+            bytes.len() - 1,
+        ] {
+            let e = windowed_after_label(path, first, &bytes[..len], clock()).unwrap_err();
+            let message = format!("{e:#}");
+            assert!(message.starts_with("seen.bloom: "), "{len}: {message}");
+        }
+        // Replaced by its unlabelled copy: another file than the first read's.
+        let e = windowed_after_label(path, first, &bytes[start..], clock()).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("changed while it was read"),
+            "{e:#}"
+        );
+        let bare = windowed_after_label(path, None, &bytes[start..], clock()).unwrap();
+        assert!(bare.contains("a"));
+    }
 }

@@ -17,7 +17,8 @@
 //!    temporary files a killed run left.
 //!
 //! Tests (`tests/cli.rs`): `a_windowed_dedup_killed_at_each_step_of_a_save_loses_nothing`
-//! kills a run at each step (`BLOOM_TEST_CRASH_AT`);
+//! kills a run at each step (`BLOOM_TEST_CRASH_AT`, honoured only in a build with the
+//! `test-crash-points` feature, which the crate's own tests enable);
 //! `a_windowed_dedup_killed_while_saving_loses_no_completed_run` lands `kill -9` at moments
 //! of the save seen from outside.
 //!
@@ -189,6 +190,12 @@ fn remove_unnamed(dir: &Path, manifest: &OsStr, keep: &[GenerationFile]) {
 /// For the crash tests only: with `BLOOM_TEST_CRASH_AT` set to `step`, the process kills
 /// itself with SIGKILL there (no destructor runs, as when an operator's `kill -9` lands
 /// between two steps of a save).
+///
+/// Rule: only a build with the `test-crash-points` feature (off by default; the crate's
+/// tests enable it through its dev-dependency on itself, so `cargo test` runs them in any
+/// profile) reads the variable. A `bloom` built or installed for use ignores it: an
+/// environment variable cannot make it kill itself in the middle of a save.
+#[cfg(feature = "test-crash-points")]
 fn crash_point(step: &str) {
     if std::env::var_os(CRASH_VARIABLE).is_some_and(|at| at == step) {
         let _ = std::process::Command::new("kill")
@@ -198,5 +205,10 @@ fn crash_point(step: &str) {
     }
 }
 
+/// Without the `test-crash-points` feature: nothing (see the rule above).
+#[cfg(not(feature = "test-crash-points"))]
+fn crash_point(_step: &str) {}
+
 /// The environment variable [`crash_point`] reads.
+#[cfg(feature = "test-crash-points")]
 const CRASH_VARIABLE: &str = "BLOOM_TEST_CRASH_AT";

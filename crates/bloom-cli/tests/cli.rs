@@ -2442,6 +2442,53 @@ fn a_second_dedup_on_the_same_state_is_refused_while_the_first_runs() {
     }
 }
 
+/// A symbolic link or a FIFO planted at a state's lock path (`.NAME.lock`) is refused with
+/// an error naming it (`state_lock.rs`): nothing is created or written through the link,
+/// the run reads no input and saves nothing, and a FIFO does not hang it. A regular lock
+/// file left there works as before. Plain and windowed states alike.
+#[cfg(unix)]
+#[test]
+fn a_symlink_or_fifo_planted_at_the_lock_path_is_refused() {
+    for window in [&[][..], &["--window", "24h"][..]] {
+        let dir = TempDir::new().unwrap();
+        let args: Vec<&str> = ["dedup", "-n", "1k", "-p", "0.01", "--state", "s.bloom"]
+            .into_iter()
+            .chain(window.iter().copied())
+            .collect();
+        let (lock, victim) = (dir.path().join(".s.bloom.lock"), dir.path().join("victim"));
+        std::os::unix::fs::symlink(&victim, &lock).unwrap();
+        let o = run(dir.path(), &args, "a\n");
+        assert_error(&o, &["s.bloom", ".s.bloom.lock", "symbolic link"]);
+        assert_eq!(stdout(&o), "");
+        assert!(!victim.exists(), "the link's target was created");
+        fs::write(&victim, "keep").unwrap();
+        let o = run(dir.path(), &args, "a\n");
+        assert_error(&o, &[".s.bloom.lock", "symbolic link"]);
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "keep");
+        assert!(!dir.path().join("s.bloom").exists(), "a state was saved");
+
+        fs::remove_file(&lock).unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(&lock)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let o = run(dir.path(), &args, "a\n");
+        assert_error(&o, &[".s.bloom.lock", "FIFO"]);
+        assert_eq!(stdout(&o), "");
+
+        fs::remove_file(&lock).unwrap();
+        fs::write(&lock, "").unwrap();
+        let o = run(dir.path(), &args, "a\n");
+        assert_eq!(
+            (o.status.code(), stdout(&o).as_str()),
+            (Some(0), "a\n"),
+            "{}",
+            stderr(&o)
+        );
+    }
+}
+
 /// A generation file that is missing or damaged is an error naming it; the run reads no
 /// input and leaves the state as it was.
 #[test]
