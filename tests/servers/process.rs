@@ -108,15 +108,22 @@ pub enum Signal {
     Term,
     /// `SIGINT` (`kill -INT`): Ctrl-C.
     Int,
+    /// `SIGSTOP`: the process is frozen (a stalled host, a long GC pause); the kernel still
+    /// accepts its TCP connections.
+    Stop,
+    /// `SIGCONT`: a stopped process carries on.
+    Cont,
 }
 
 impl Signal {
-    /// `SIGKILL`, `SIGTERM`, `SIGINT`.
+    /// The signal's name (`SIGKILL`, …).
     pub fn name(self) -> &'static str {
         match self {
             Signal::Kill => "SIGKILL",
             Signal::Term => "SIGTERM",
             Signal::Int => "SIGINT",
+            Signal::Stop => "SIGSTOP",
+            Signal::Cont => "SIGCONT",
         }
     }
 
@@ -125,6 +132,8 @@ impl Signal {
             Signal::Kill => "-KILL",
             Signal::Term => "-TERM",
             Signal::Int => "-INT",
+            Signal::Stop => "-STOP",
+            Signal::Cont => "-CONT",
         }
     }
 }

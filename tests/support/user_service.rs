@@ -47,6 +47,7 @@ pub struct Instance {
 
 impl Instance {
     /// Starts the binary with `extra` flags on a free port and waits for `GET /health`.
+    /// Scheduled rebuilds are off (`--rebuild-secs 3600`) unless `extra` sets them.
     pub async fn start(
         dir: &std::path::Path,
         name: &str,
@@ -72,11 +73,13 @@ impl Instance {
                 name,
                 "--database-url",
                 database_url,
-                "--rebuild-secs",
-                "3600",
                 "--follow-secs",
                 FOLLOW,
             ];
+            // Rebuilds only when asked for, unless `extra` schedules them.
+            if !extra.contains(&"--rebuild-secs") {
+                args.extend_from_slice(&["--rebuild-secs", "3600"]);
+            }
             args.extend_from_slice(extra);
             let env = [
                 ("RUST_LOG", Some("info,sqlx=warn")),

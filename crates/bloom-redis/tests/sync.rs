@@ -606,3 +606,72 @@ async fn a_split_block_filter_syncs_and_refuses_another_layout() {
         "{message}"
     );
 }
+
+/// A rebuild run by one instance of three while keys are inserted through each and, once
+/// `propagated` returned, looked up at once through the others: none is answered "absent"
+/// by an instance that has not switched yet (the rebuilder switches first and publishes its
+/// inserts in the new generation only), nor by one that has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn keys_published_in_the_new_generation_are_found_by_instances_that_have_not_switched() {
+    let Some(server) = common::start() else {
+        return;
+    };
+    let url = server.url();
+    let cfg = |b: bloom_redis::RedisSyncBuilder| b.reconcile_every(Duration::from_millis(500));
+    let fleet = Arc::new([
+        join(&url, "switch", cfg).await,
+        join(&url, "switch", cfg).await,
+        join(&url, "switch", cfg).await,
+    ]);
+    eventually("fresh", || fleet.iter().all(|i| i.stats().fresh)).await;
+    let db = Arc::new(Mutex::new(keys("db", 2_000)));
+    let source = {
+        let db = Arc::clone(&db);
+        Arc::new(key_source::from_stream(move || {
+            futures_util::stream::iter(db.lock().unwrap().clone()).map(Ok::<_, Infallible>)
+        }))
+    };
+    let mut answered_absent = Vec::new();
+    let mut checked = 0;
+    for round in 0..3 {
+        let rebuilder = round % 3;
+        let rebuild = {
+            let (fleet, source) = (Arc::clone(&fleet), Arc::clone(&source));
+            tokio::spawn(async move { fleet[rebuilder].rebuild(&*source).await })
+        };
+        let generation = fleet[rebuilder].stats().generation;
+        let mut i = 0;
+        // Until a second after every instance switched.
+        let mut switched_at = None;
+        while switched_at.is_none_or(|at: Instant| at.elapsed() < Duration::from_secs(1)) {
+            if switched_at.is_none()
+                && rebuild.is_finished()
+                && fleet.iter().all(|s| s.stats().generation > generation)
+            {
+                switched_at = Some(Instant::now());
+            }
+            assert!(i < 1_000_000, "the fleet never switched");
+            let key = format!("round{round}:{i}");
+            let writer = &fleet[i % 3];
+            writer.filter().insert(&key);
+            db.lock().unwrap().push(key.clone());
+            let _ = writer.propagated().await;
+            for (n, reader) in fleet.iter().enumerate() {
+                if n != i % 3 {
+                    checked += 1;
+                    if !reader.filter().check(&key).await {
+                        answered_absent.push((key.clone(), n, reader.stats().generation));
+                    }
+                }
+            }
+            i += 1;
+        }
+        rebuild.await.unwrap().unwrap();
+    }
+    assert!(
+        answered_absent.is_empty(),
+        "{} of {checked} keys answered absent after their propagated returned: {:?}",
+        answered_absent.len(),
+        &answered_absent[..answered_absent.len().min(10)]
+    );
+}

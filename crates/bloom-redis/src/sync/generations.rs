@@ -6,6 +6,10 @@
 //! older generation go into the serving one (and the one being built). An instance that
 //! missed a rebuild's start (it acknowledged late, or never) writes its inserts into the old
 //! generation only; without the rule, every instance that switched on time would drop them.
+//! And received bits of the generation being built also go into the serving one: an instance
+//! that switched first publishes its inserts in the new generation only, and one that has not
+//! switched yet answers from the old (`sync.rs`
+//! `keys_published_in_the_new_generation_are_found_by_instances_that_have_not_switched`).
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -92,11 +96,13 @@ impl Inner {
                 .chain(building.map(|b| (b.generation, b.handle.handle())))
                 .collect()
         } else {
-            building
-                .filter(|b| b.generation == generation)
-                .map(|b| (b.generation, b.handle.handle()))
-                .into_iter()
-                .collect()
+            match building.filter(|b| b.generation == generation) {
+                Some(b) => vec![
+                    (b.generation, b.handle.handle()),
+                    (state.generation, self.filter.current()),
+                ],
+                None => Vec::new(),
+            }
         }
     }
 
