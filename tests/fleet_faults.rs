@@ -1,4 +1,4 @@
-//! One answer for the whole fleet under a random fault schedule (R1–R8 in
+//! One answer for the whole fleet under a random fault schedule (R1–R9 in
 //! `docs/REDIS-SYNC.md`): three real `user_service` processes on one PostgreSQL database share
 //! one filter through a real `redis-server`, each through a TCP proxy of its own, while users
 //! are created through them, another writer commits rows behind their back, and a schedule
