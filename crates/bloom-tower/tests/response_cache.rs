@@ -750,3 +750,77 @@ async fn the_byte_budget_bounds_what_is_held() {
     assert_eq!(runs.get(), runs_before + 2);
     assert_eq!(cache.stats().not_stored, not_stored + 2);
 }
+
+/// An upstream `Age` past what a cache can count (`u64::MAX`): the hit's `Age` is the
+/// largest an HTTP cache sends, 2147483648 (RFC 9111 §1.2.2), not an overflowed sum.
+#[tokio::test]
+async fn an_age_past_any_counter_is_sent_as_the_largest_delta_seconds() {
+    let runs = Runs::default();
+    let handler = {
+        let runs = runs.clone();
+        move |Path(id): Path<u64>| async move {
+            runs.count();
+            (
+                [(header::AGE, "18446744073709551615")],
+                format!("user {id}"),
+            )
+        }
+    };
+    let cache = ResponseCache::new(key::path_param("id"));
+    let app = Router::new()
+        .route("/users/{id}", get(handler))
+        .route_layer(cache.clone());
+    let (addr, client) = serve(app).await;
+    assert_eq!(get_text(&client, addr, "/users/7").await.1, "user 7");
+    tokio::time::sleep(Duration::from_millis(1_100)).await; // the age counts on
+    let hit = get_with(&client, addr, "/users/7", &[]).await;
+    assert_eq!(hit.text(), "user 7");
+    assert_eq!(runs.get(), 1, "served from the cache");
+    assert_eq!(
+        hit.headers.get(header::AGE).unwrap().to_str().unwrap(),
+        "2147483648"
+    );
+}
+
+/// `GET http://victim/…` sent with `Host: evil` (what a client can put on the wire) to a
+/// handler that answers for its `Host`: the response is not stored under `victim`, so a later
+/// request for `victim` gets `victim`'s own answer. `X-Forwarded-Host` is part of the key.
+#[tokio::test]
+async fn a_target_authority_that_disagrees_with_host_is_not_cached() {
+    let handler = |headers: HeaderMap, Path(id): Path<u64>| async move {
+        let host = headers
+            .get("x-forwarded-host")
+            .or(headers.get(header::HOST))
+            .map(|h| h.to_str().unwrap().to_owned())
+            .unwrap_or_default();
+        format!("{host} {id}")
+    };
+    let cache = ResponseCache::new(key::path_param("id"));
+    let app = Router::new()
+        .route("/users/{id}", get(handler))
+        .route_layer(cache.clone());
+    let (addr, _client) = serve(app).await;
+    // Raw HTTP/1.1: an absolute-form target with another Host.
+    let raw = |request: String| async move {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.unwrap();
+        answer.rsplit("\r\n\r\n").next().unwrap().to_owned()
+    };
+    let get = |target: &str, headers: &str| {
+        format!("GET {target} HTTP/1.1\r\n{headers}Connection: close\r\n\r\n")
+    };
+    assert_eq!(
+        raw(get("http://victim/users/1", "Host: evil\r\n")).await,
+        "evil 1"
+    );
+    assert_eq!(raw(get("/users/1", "Host: victim\r\n")).await, "victim 1");
+    // Forwarded for another host: its own entry, both ways.
+    let forwarded = "Host: victim\r\nX-Forwarded-Host: evil\r\n";
+    assert_eq!(raw(get("/users/2", forwarded)).await, "evil 2");
+    assert_eq!(raw(get("/users/2", "Host: victim\r\n")).await, "victim 2");
+    assert_eq!(raw(get("/users/2", forwarded)).await, "evil 2");
+    assert!(cache.stats().hits >= 1, "{:?}", cache.stats());
+}

@@ -13,10 +13,14 @@
 //!
 //! * **Only `GET` with a key** (from the [`KeyExtractor`](crate::KeyExtractor)) is cached.
 //!   `HEAD`, other methods and requests without a key pass through; a successful `POST`,
-//!   `PUT`, `PATCH` or `DELETE` with a key invalidates that key (RFC 9111 §4.4).
+//!   `PUT`, `PATCH` or `DELETE` with a key invalidates that key (RFC 9111 §4.4). So does a
+//!   `3xx` answer to one, as §4.4 requires ("a non-error status code"): whoever may send an
+//!   unsafe request for a key can evict its responses (a load more, never a wrong answer);
+//!   keep unauthenticated unsafe routes outside the layer if that matters.
 //! * **The cache key is what identifies the resource**: authority (`Host`) + path + query,
-//!   and the request's values of the headers the response names in `Vary` (a request that
-//!   sends other values misses). With
+//!   `X-Forwarded-Host` if the request has one, and the request's values of the headers the
+//!   response names in `Vary` (a request that sends other values misses). A request whose
+//!   target names another authority than its `Host` is not cached. With
 //!   [`share_by_key_only`](ResponseCacheBuilder::share_by_key_only), every URL whose extracted
 //!   key is equal gets the same response. Either way the extractor's key groups a record's
 //!   responses, so [`invalidate`](ResponseCache::invalidate) drops all of them at once.

@@ -124,7 +124,12 @@ where
     let url = if shared.config.share_by_key_only {
         Bytes::new()
     } else {
-        url_key(&req)
+        let Some(url) = url_key(&req) else {
+            // Which authority the handler answers for is ambiguous: not cached.
+            shared.counters.bypassed(&shared.name);
+            return pass_through(ready, req).await;
+        };
+        url
     };
     if let Some(hit) = shared
         .store
@@ -322,24 +327,41 @@ where
 }
 
 /// What identifies the resource besides the method (always `GET` here): authority (from
-/// the target, else `Host`, lower-cased) + path + query. The authority cannot contain `/`
-/// and the path starts with one, so the two cannot run into each other.
-fn url_key<B>(req: &Request<B>) -> Bytes {
-    let authority = match req.uri().authority() {
-        Some(authority) => authority.as_str().as_bytes(),
-        None => req
-            .headers()
-            .get(header::HOST)
-            .map_or(&[][..], |host| host.as_bytes()),
+/// the target, else `Host`, lower-cased) + path + query, then, if the request has one,
+/// `X-Forwarded-Host` after a NUL byte (a handler behind a proxy may answer for it). The
+/// authority cannot contain `/` and the path starts with one, and no header value holds a
+/// NUL, so the parts cannot run into each other. `None` (not cached) when the target's
+/// authority and `Host` disagree: a handler that reads `Host` would answer for another
+/// resource than the key names (tests/response_cache.rs
+/// `a_target_authority_that_disagrees_with_host_is_not_cached`).
+fn url_key<B>(req: &Request<B>) -> Option<Bytes> {
+    let host = req.headers().get(header::HOST).map(|host| host.as_bytes());
+    let authority = match (req.uri().authority(), host) {
+        (Some(authority), Some(host))
+            if !authority.as_str().as_bytes().eq_ignore_ascii_case(host) =>
+        {
+            return None;
+        }
+        (Some(authority), _) => authority.as_str().as_bytes(),
+        (None, host) => host.unwrap_or_default(),
     };
     let target = req
         .uri()
         .path_and_query()
         .map_or_else(|| req.uri().path(), |target| target.as_str());
-    let mut key = Vec::with_capacity(authority.len() + target.len());
+    let forwarded = req
+        .headers()
+        .get("x-forwarded-host")
+        .map(|value| value.as_bytes());
+    let mut key =
+        Vec::with_capacity(authority.len() + target.len() + forwarded.map_or(0, |f| f.len() + 1));
     key.extend(authority.iter().map(u8::to_ascii_lowercase));
     key.extend_from_slice(target.as_bytes());
-    Bytes::from(key)
+    if let Some(forwarded) = forwarded {
+        key.push(0);
+        key.extend(forwarded.iter().map(u8::to_ascii_lowercase));
+    }
+    Some(Bytes::from(key))
 }
 
 #[cfg(test)]
@@ -352,8 +374,25 @@ mod tests {
             .header("host", "API.example.com:8080")
             .body(())
             .unwrap();
-        assert_eq!(url_key(&req), "api.example.com:8080/users/2?fields=email");
+        assert_eq!(
+            url_key(&req).unwrap(),
+            "api.example.com:8080/users/2?fields=email"
+        );
         let absolute = Request::get("http://Example.com/users/2").body(()).unwrap();
-        assert_eq!(url_key(&absolute), "example.com/users/2");
+        assert_eq!(url_key(&absolute).unwrap(), "example.com/users/2");
+        let agreeing = Request::get("http://Example.com/users/2")
+            .header("host", "example.COM")
+            .body(())
+            .unwrap();
+        assert_eq!(url_key(&agreeing).unwrap(), "example.com/users/2");
+        let forwarded = Request::get("/users/2")
+            .header("host", "internal")
+            .header("x-forwarded-host", "Shop.example")
+            .body(())
+            .unwrap();
+        assert_eq!(
+            url_key(&forwarded).unwrap(),
+            "internal/users/2\0shop.example"
+        );
     }
 }

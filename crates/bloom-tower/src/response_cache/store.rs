@@ -152,13 +152,21 @@ impl Variant {
     /// The response served from the cache, with its `Age` (RFC 9111 §5.1).
     pub(crate) fn response_from_cache<B: http_body::Body>(&self) -> Response<ResponseBody<B>> {
         let mut response = self.response();
-        let age = self.upstream_age + self.stored_at.elapsed().as_secs();
+        // At most 2^31 (RFC 9111 §1.2.2), whatever the upstream sent
+        // (tests/response_cache.rs `an_age_past_any_counter_is_sent_as_the_largest_delta_seconds`).
+        let age = self
+            .upstream_age
+            .saturating_add(self.stored_at.elapsed().as_secs())
+            .min(MAX_DELTA_SECONDS);
         response
             .headers_mut()
             .insert(header::AGE, HeaderValue::from(age));
         response
     }
 }
+
+/// The largest delta-seconds a cache sends (RFC 9111 §1.2.2).
+const MAX_DELTA_SECONDS: u64 = 1 << 31;
 
 /// A header's value as a cache compares it: field lines joined by `", "` (RFC 9110 §5.3).
 fn field_value<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Option<Cow<'h, [u8]>> {
