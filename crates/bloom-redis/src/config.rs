@@ -213,7 +213,7 @@ impl RedisSyncBuilder {
     /// that an acknowledgement is never held for longer whatever the follow interval. When
     /// Redis does not answer, `visible` waits for the follow bound (the follow interval plus
     /// [`stale_after`](Self::stale_after)); a bound above this timeout returns
-    /// [`Error::NotVisible`](crate::Error::NotVisible) after it instead, and the create
+    /// [`Error::NotVisible`] after it instead, and the create
     /// acknowledged then is let through by the other instances only within the follow bound
     /// of its commit (case B of the guarantee).
     ///
