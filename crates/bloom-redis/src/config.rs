@@ -306,7 +306,9 @@ impl RedisSyncBuilder {
     }
 
     /// Prefix of every Redis key and of the channel; one per shared filter. Defaults to
-    /// `bloom-guard:` followed by the filter's [name](SharedFilter::name).
+    /// `bloom-guard:` followed by the filter's [name](SharedFilter::name). `connect` refuses
+    /// ([`Error::Config`]) an empty prefix, one with `{` or `}`, and one ending like a segment
+    /// group's tag (`:g<number>:<number>`), whose keys would be another fleet's.
     ///
     /// ```
     /// # use std::time::Duration;

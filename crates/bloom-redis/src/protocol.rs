@@ -96,6 +96,33 @@ pub(crate) struct Keys {
     base: String,
 }
 
+/// Why `prefix` cannot name a fleet's keys, if it cannot: empty; holding `{` or `}` (the
+/// hash tags are ours); or ending like a segment group's tag (`:g<G>:<group>`), whose keys
+/// would be another fleet's (`a:g1:0`'s `{a:g1:0}:fence` is fleet `a`'s group fence)
+/// (`tests::prefixes_that_would_share_another_fleets_keys_are_refused`).
+pub(crate) fn refuse_prefix(prefix: &str) -> Option<&'static str> {
+    if prefix.is_empty() {
+        return Some("the prefix must not be empty");
+    }
+    if prefix.contains(['{', '}']) {
+        return Some("the prefix must not contain '{' or '}' (the key layout's hash tags)");
+    }
+    let mut parts = prefix.rsplit(':');
+    let group = parts.next().unwrap_or_default();
+    let generation = parts.next().unwrap_or_default();
+    let is_number = |text: &str| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    if parts.next().is_some()
+        && is_number(group)
+        && generation.strip_prefix('g').is_some_and(is_number)
+    {
+        return Some(
+            "the prefix must not end like a segment group's tag (\":g<number>:<number>\"): \
+             its keys would be another fleet's",
+        );
+    }
+    None
+}
+
 impl Keys {
     pub(crate) fn new(prefix: &str) -> Self {
         Self {
@@ -370,6 +397,24 @@ pub(crate) fn bytes_to_words(bytes: &[u8], max_words: usize) -> Vec<u64> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn prefixes_that_would_share_another_fleets_keys_are_refused() {
+        for bad in ["", "a:g1:0", "myapp:users:g12:3", "{a}", "a}b"] {
+            assert!(super::refuse_prefix(bad).is_some(), "{bad:?} accepted");
+        }
+        for good in [
+            "a",
+            "myapp:users",
+            "a:g1",
+            "a:gx:0",
+            "a:g1:x",
+            "g1:0",
+            "bloom-guard:users",
+        ] {
+            assert_eq!(super::refuse_prefix(good), None, "{good:?} refused");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -675,3 +675,24 @@ async fn keys_published_in_the_new_generation_are_found_by_instances_that_have_n
         &answered_absent[..answered_absent.len().min(10)]
     );
 }
+
+/// A prefix whose keys would be another fleet's (`a:g1:0` names fleet `a`'s first segment
+/// group's tag), or that holds a hash-tag brace, is refused at `connect`, before any key is
+/// written.
+#[tokio::test]
+async fn a_prefix_that_would_share_another_fleets_keys_is_refused() {
+    let Some(server) = common::start() else {
+        return;
+    };
+    for prefix in ["a:g1:0", "a{b}", ""] {
+        let joined = RedisSync::builder(&server.url())
+            .prefix(prefix)
+            .connect(&filter(BITS, 7, SEED))
+            .await;
+        assert!(
+            matches!(joined, Err(Error::Config(_))),
+            "{prefix:?}: {:?}",
+            joined.err()
+        );
+    }
+}

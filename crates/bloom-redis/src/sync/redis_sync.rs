@@ -124,6 +124,9 @@ impl<K: ?Sized> RedisSync<K> {
             .prefix
             .clone()
             .unwrap_or_else(|| format!("bloom-guard:{}", filter.name()));
+        if let Some(reason) = crate::protocol::refuse_prefix(&prefix) {
+            return Err(Error::Config(reason));
+        }
         let inner = Arc::new(Inner::new(filter, shape, prefix, cfg, conn));
         // The first pass adopts Redis's generation and merges both ways.
         let report = inner.reconcile(Trigger::Periodic).await?;
