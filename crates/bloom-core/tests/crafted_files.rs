@@ -165,6 +165,12 @@ fn read_every_way(bytes: &[u8], files: &[(GenerationFile, Vec<u8>)]) -> Vec<Outc
     read_by(bytes, files, |_| true)
 }
 
+/// Reads `bytes` every way (each reader within the bound) and asserts that none loaded it.
+fn assert_refused_every_way(bytes: &[u8], what: &dyn std::fmt::Display) {
+    let outcomes = read_every_way(bytes, &[]);
+    assert!(outcomes.iter().all(|o| o.loaded.is_none()), "{what}");
+}
+
 /// [`read_every_way`] with the readers `pick` names.
 fn read_by(
     bytes: &[u8],
@@ -455,11 +461,7 @@ fn a_ring_of_empty_generations_sized_huge_loads_without_allocating_them() {
         }
     }
     for per_generation in [1_000_000_000_000u64, u64::MAX / 63, u64::MAX] {
-        let outcomes = read_every_way(&empty_ring(per_generation, COUNT), &[]);
-        assert!(
-            outcomes.iter().all(|o| o.loaded.is_none()),
-            "{per_generation}"
-        );
+        assert_refused_every_way(&empty_ring(per_generation, COUNT), &per_generation);
     }
 }
 
@@ -581,11 +583,7 @@ fn plain_and_counting_files_claiming_huge_sizes_are_refused() {
                 for words in [m.div_ceil(per_word), u64::MAX, 1] {
                     for body in [0usize, 8, 70_000] {
                         let bytes = words_file(kind, layout, k, m, words, &vec![0u8; body]);
-                        let outcomes = read_every_way(&bytes, &[]);
-                        assert!(
-                            outcomes.iter().all(|o| o.loaded.is_none()),
-                            "m {m}, W {words}"
-                        );
+                        assert_refused_every_way(&bytes, &format_args!("m {m}, W {words}"));
                     }
                 }
             }
@@ -614,11 +612,7 @@ fn scalable_files_claiming_huge_stages_are_refused() {
                 bytes.extend_from_slice(&len.to_le_bytes());
                 bytes.extend_from_slice(file);
                 let bytes = sealed(bytes);
-                let outcomes = read_every_way(&bytes, &[]);
-                assert!(
-                    outcomes.iter().all(|o| o.loaded.is_none()),
-                    "S {stages}, n0 {n0}"
-                );
+                assert_refused_every_way(&bytes, &format_args!("S {stages}, n0 {n0}"));
             }
         }
     }
@@ -640,11 +634,7 @@ fn cuckoo_files_claiming_huge_tables_are_refused() {
             for body in [0usize, 64, 70_000] {
                 let mut bytes = header(3, 0, f | 4 << 8, buckets, 7, 0, 0, words);
                 bytes.extend(std::iter::repeat_n(0u8, body));
-                let outcomes = read_every_way(&sealed(bytes), &[]);
-                assert!(
-                    outcomes.iter().all(|o| o.loaded.is_none()),
-                    "f {f}, {buckets} buckets"
-                );
+                assert_refused_every_way(&sealed(bytes), &format_args!("f {f}, {buckets} buckets"));
             }
         }
     }
