@@ -231,7 +231,8 @@ impl RedisSyncBuilder {
 
     /// A rebuild whose new generation holds fewer than this fraction of the serving one's
     /// estimated keys is not switched in (default 0.5; 0 turns the check off): see
-    /// [`Error::Shrunk`].
+    /// [`Error::Shrunk`]. A generation another instance published is held to it too: one
+    /// that fails it is switched to only with this instance's serving keys carried over.
     ///
     /// ```
     /// # use std::time::Duration;

@@ -70,8 +70,10 @@ pub struct RedisStats {
     pub switches: u64,
     /// Rebuilds this instance ran.
     pub rebuilds: u64,
-    /// Rebuilds this instance refused to switch in because the new generation was too small
-    /// ([`Error::Shrunk`](crate::Error::Shrunk)).
+    /// New generations refused because they were too small
+    /// ([`Error::Shrunk`](crate::Error::Shrunk)): a rebuild of this instance not switched in,
+    /// or a generation another instance (or any Redis client) published, switched to only
+    /// with every serving key carried over.
     pub refused_switches: u64,
     /// Rebuilds started because Redis held clearly fewer keys than the source
     /// ([`RedisSync::refill_if_lost`](crate::RedisSync::refill_if_lost)).

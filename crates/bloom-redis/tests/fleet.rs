@@ -1169,9 +1169,59 @@ async fn a_much_smaller_rebuild_is_refused_and_force_switches() {
         [&a, &b, &c].iter().all(|i| i.stats().generation == 2)
     })
     .await;
-    assert!(has_all(&a, &wrong));
-    let kept = all[100..].iter().filter(|k| has(&a, *k)).count();
-    assert_eq!(kept, 0, "forced: the deleted keys are gone on A");
+    // The others hold the generation to the rule with their own setting (nothing read from
+    // Redis makes an instance drop keys it serves): they switch with their keys carried over,
+    // push them, and A pulls them back. Forcing shrinks no fleet; a fraction of 0 on every
+    // instance does (below).
+    for i in [&b, &c] {
+        assert!(has_all(i, &all), "a forced rebuild elsewhere lost keys");
+        assert_eq!(i.stats().refused_switches, 1, "{:?}", i.stats());
+    }
+    eventually("A holds the keys the others carried over", || {
+        has_all(&a, &all)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fleet_that_allows_any_shrink_drops_deleted_keys_everywhere() {
+    let Some(fleet) = Fleet::start(3, "shrinks").await else {
+        return;
+    };
+    let any = |b: bloom_redis::RedisSyncBuilder| b.min_rebuild_fraction(0.0);
+    let a = fleet
+        .join(0, |b| {
+            b.lock_ttl(Duration::from_secs(3)).min_rebuild_fraction(0.0)
+        })
+        .await;
+    let b = fleet.join(1, any).await;
+    let c = fleet.join(2, any).await;
+    settle(&[&a, &b, &c]).await;
+    let all = keys("account", 1000);
+    for k in &all {
+        a.filter().insert(k);
+    }
+    a.propagated().await.expect("published");
+    eventually("every instance holds the 1000 keys", || {
+        [&a, &b, &c].iter().all(|i| has_all(i, &all))
+    })
+    .await;
+    let remaining: Vec<String> = all[..100].to_vec();
+    let outcome = a.rebuild(&remaining).await;
+    assert!(
+        matches!(outcome, Ok(Rebuilt::Rebuilt { keys: 100, .. })),
+        "{outcome:?}"
+    );
+    eventually("every instance switched", || {
+        [&a, &b, &c].iter().all(|i| i.stats().generation == 2)
+    })
+    .await;
+    for i in [&a, &b, &c] {
+        assert!(has_all(i, &remaining));
+        let kept = all[100..].iter().filter(|k| has(i, *k)).count();
+        assert_eq!(kept, 0, "the deleted keys are gone: {:?}", i.stats());
+        assert_eq!(i.stats().refused_switches, 0);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -696,3 +696,90 @@ async fn a_prefix_that_would_share_another_fleets_keys_is_refused() {
         );
     }
 }
+
+/// The forged rebuild any client that can write the prefix could announce (`building`, an
+/// open acknowledgement window, then `gen`): every instance follows it into a generation
+/// holding none of its keys. None is turned away from them: each switches with every serving
+/// key carried over (the switch rule in `generations.rs`), says so, and pushes them, so Redis's
+/// copy of the forged generation holds them too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generation_far_smaller_than_the_serving_one_is_adopted_with_every_key_carried_over() {
+    let Some(server) = common::start() else {
+        return;
+    };
+    let url = server.url();
+    let cfg = |b: bloom_redis::RedisSyncBuilder| b.reconcile_every(Duration::from_millis(200));
+    let (a, b) = (
+        join(&url, "forged", cfg).await,
+        join(&url, "forged", cfg).await,
+    );
+    let served = keys("user", 2_000);
+    for key in &served {
+        a.filter().insert(key);
+    }
+    a.propagated().await.unwrap();
+    eventually("B holds A's keys", || all_contain(&[&b], &served)).await;
+    let before = b.stats().generation;
+    let forged = before + 1;
+
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("{forged}:building")
+        .arg(forged)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(format!("{{forged}}:g{forged}:open"))
+        .arg(1)
+        .arg("PX")
+        .arg(60_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // Both acknowledge (double-write it from now on, in time), as they would a real rebuild.
+    let started = Instant::now();
+    loop {
+        let acked: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(format!("{{forged}}:g{forged}:acks"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if acked.len() == 2 {
+            break;
+        }
+        assert!(started.elapsed() < HANG, "hang: acknowledgements");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let _: () = redis::cmd("SET")
+        .arg("{forged}:gen")
+        .arg(forged)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    eventually("both follow the forged generation", || {
+        a.stats().generation == forged && b.stats().generation == forged
+    })
+    .await;
+    let forgotten: Vec<(char, &String)> = [('a', &a), ('b', &b)]
+        .iter()
+        .flat_map(|(name, sync)| {
+            served
+                .iter()
+                .filter(|key| !sync.filter().current().contains(key))
+                .map(move |key| (*name, key))
+        })
+        .collect();
+    assert!(
+        forgotten.is_empty(),
+        "{} keys forgotten after the forged switch: {:?}",
+        forgotten.len(),
+        &forgotten[..forgotten.len().min(10)]
+    );
+    assert!(a.stats().refused_switches >= 1 && b.stats().refused_switches >= 1);
+    // Pushed back: Redis's copy of the forged generation holds them.
+    a.reconcile_now().await.unwrap();
+    let copy = redis_copy(&url, "forged", forged, 64 << 10).await;
+    assert!(served.iter().all(|key| copy.contains(key)));
+}

@@ -63,7 +63,7 @@ impl Inner {
                 tokio::time::sleep(renew / 2 + jitter / 2).await;
                 continue;
             }
-            let Some(position) = self.follow_position(&filter).await else {
+            let Some(position) = self.follow_position(&filter, &source).await else {
                 tokio::time::sleep(renew).await;
                 continue;
             };
@@ -90,14 +90,42 @@ impl Inner {
     }
 
     /// The position stored in Redis, else the serving filter's watermark, else the origin;
-    /// `None` if Redis does not answer.
-    async fn follow_position<K: ?Sized>(&self, filter: &SharedFilter<K>) -> Option<Watermark> {
+    /// `None` if Redis or the source does not answer. A position the source has not reached
+    /// (past its watermark now: forged, foreign, or from before the database was restored from
+    /// an older backup) is not followed from: following it would skip the rows before it
+    /// (the workspace's `tests/follow.rs`: `a_follow_position_past_the_source_is_not_followed_from`).
+    async fn follow_position<K: ?Sized, S: KeySource>(
+        &self,
+        filter: &SharedFilter<K>,
+        source: &S,
+    ) -> Option<Watermark> {
         let mut conn = self.conn.clone();
         let stored: Option<Vec<u8>> = conn.get(self.keys.follow_position()).await.ok()?;
-        Some(match stored {
-            Some(bytes) => Watermark::new(bytes),
-            None => filter.current_watermark().unwrap_or_else(Watermark::origin),
-        })
+        let now = match source.watermark().await {
+            Ok(now) => now,
+            Err(error) => {
+                let error: bloom_tower::key_source::BoxError = error.into();
+                tracing::warn!(prefix = %self.prefix, %error, "could not read where the source stands; following waits");
+                return None;
+            }
+        };
+        let reached = |position: &Watermark| {
+            now.as_ref()
+                .is_none_or(|now| source.has_reached(position, now))
+        };
+        if let Some(bytes) = stored {
+            let position = Watermark::new(bytes);
+            if reached(&position) {
+                return Some(position);
+            }
+            tracing::error!(prefix = %self.prefix, ?position, ?now, "the follow position stored in Redis is past where the source stands: not following from it (forged, another source's, or the database was restored from an older backup)");
+        }
+        Some(
+            filter
+                .current_watermark()
+                .filter(|mark| reached(mark))
+                .unwrap_or_else(Watermark::origin),
+        )
     }
 
     /// Steps while this instance holds the lease; returns when it lost it.

@@ -10,6 +10,17 @@
 //! that switched first publishes its inserts in the new generation only, and one that has not
 //! switched yet answers from the old (`sync.rs`
 //! `keys_published_in_the_new_generation_are_found_by_instances_that_have_not_switched`).
+//!
+//! **Switch rule** (what keeps a Redis write from un-learning keys): a generation this
+//! instance did not build replaces the serving one only after the check the rebuilder made
+//! ([`Error::Shrunk`]: at least `min_rebuild_fraction` of the serving keys), made again here
+//! with this instance's own setting. One that fails it (a rebuild forced elsewhere, or a
+//! rebuild announced by any client that can write the prefix: `building`, `open`, then `gen`)
+//! is adopted with every serving bit carried over and pushed, loudly (an error log,
+//! `refused_switches`). Tests: `sync.rs`
+//! `a_generation_far_smaller_than_the_serving_one_is_adopted_with_every_key_carried_over`,
+//! and the workspace's `tests/hostile_redis.rs`
+//! `a_forged_rebuild_does_not_turn_away_a_user_that_exists`.
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -219,6 +230,30 @@ impl Inner {
         Ok(())
     }
 
+    /// Whether `next`, a generation another instance published, holds fewer than
+    /// `min_rebuild_fraction` of the keys `serving` holds: the rule the rebuilder checks
+    /// before it switches ([`Error::Shrunk`]), checked again by every instance that follows.
+    /// Logged as an error and counted (`refused_switches`).
+    fn shrinks(&self, serving: &BloomFilter, next: &BloomFilter) -> bool {
+        let (serving, next) = (serving.estimated_items(), next.estimated_items());
+        let min_fraction = self.cfg.min_rebuild_fraction;
+        if next >= serving * min_fraction {
+            return false;
+        }
+        self.counters.refused_switches.fetch_add(1, Relaxed);
+        let (serving, rebuilt) = (serving.round() as u64, next.round() as u64);
+        tracing::error!(
+            prefix = %self.prefix,
+            serving,
+            rebuilt,
+            min_fraction,
+            "a generation published in Redis holds far fewer keys than this instance serves: \
+             not a rebuild this instance would switch to (a rebuild forced elsewhere, or a \
+             forged one); switching with every serving key carried over"
+        );
+        true
+    }
+
     /// Makes `generation` serve locally: Redis's bits (and, if this instance did not
     /// double-write it from the start, its serving bits) are merged into it first.
     pub(super) async fn switch_to(&self, generation: u64) -> Result<(), Error> {
@@ -254,16 +289,21 @@ impl Inner {
                 .filter()
                 .as_plain()
                 .ok_or(Error::ShapeChanged)?;
-            if !build.in_time {
+            let current = self.filter.current();
+            let current = current.as_plain().ok_or(Error::ShapeChanged)?;
+            // A generation another instance (or any Redis client) published is held to the
+            // rebuilder's own rule before it replaces the serving one (the switch rule in the
+            // module docs).
+            let shrunk = !build.mine && self.shrinks(current, next);
+            if !build.in_time || shrunk {
                 // Keys inserted here before we double-wrote may be missing from the source
-                // snapshot: carry every serving bit over (same shape, so OR is valid), and
+                // snapshot, and a generation far smaller than the serving one is not trusted
+                // to hold them: carry every serving bit over (same shape, so OR is valid), and
                 // push them by a full pass over the new generation.
-                let current = self.filter.current();
-                let current = current.as_plain().ok_or(Error::ShapeChanged)?;
                 next.union(current).map_err(|_| Error::ShapeChanged)?;
                 self.reconciliation.owe_full_pass();
             }
-            let carried = !build.in_time;
+            let carried = !build.in_time || shrunk;
             build.handle.finish();
             state.generation = generation;
             self.ledger.retain(&[generation]);

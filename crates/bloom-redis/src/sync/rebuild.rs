@@ -204,7 +204,15 @@ impl Inner {
             .arg(self.keys.generation())
             .query_async(&mut conn)
             .await?;
-        let generation = remote.unwrap_or(0).max(self.generation()) + 1;
+        // A generation number no rebuild can follow (a forged `gen`) fails the rebuild; the
+        // serving generation stays.
+        let generation = remote
+            .unwrap_or(0)
+            .max(self.generation())
+            .checked_add(1)
+            .ok_or(Error::Config(
+                "the generation number stored in Redis is at its largest value; no rebuild can follow it",
+            ))?;
         // Before the announcement: once announced, instances write into these groups.
         self.reset_groups(generation, fence).await?;
         {

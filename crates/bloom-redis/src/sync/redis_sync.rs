@@ -394,8 +394,14 @@ impl<K: ?Sized> RedisSync<K> {
         self.inner.rebuild(source, false).await
     }
 
-    /// [`rebuild`](Self::rebuild) without the check on the new generation's size: for when
-    /// most keys really were deleted.
+    /// [`rebuild`](Self::rebuild) without this instance's check on the new generation's size:
+    /// for when most keys really were deleted.
+    ///
+    /// The other instances still check it, each with its own
+    /// [`min_rebuild_fraction`](RedisSyncBuilder::min_rebuild_fraction) (nothing read from
+    /// Redis makes an instance drop the keys it serves): where the new generation fails it,
+    /// an instance switches with its serving keys carried over, and pushes them. To shrink a
+    /// whole fleet, lower `min_rebuild_fraction` on every instance (0 turns the check off).
     ///
     /// ```no_run
     /// # async fn example(sync: bloom_redis::RedisSync<u64>) -> Result<(), Box<dyn std::error::Error>> {
