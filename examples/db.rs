@@ -489,6 +489,10 @@ impl KeySource for UserIds {
         self.log.watermark_is_exact()
     }
 
+    fn has_reached(&self, position: &Watermark, now: &Watermark) -> bool {
+        self.log.has_reached(position, now)
+    }
+
     fn keys_since<'a>(
         &'a self,
         since: &'a Watermark,

@@ -55,6 +55,48 @@ async fn sqlite_rows_written_by_another_process_are_let_through() {
     assert_eq!(rejected, 50);
 }
 
+/// A follow position in Redis past where the source stands (written by any client of the
+/// fleet's Redis, or left from before the database was restored from an older backup): the
+/// follower does not follow from it, and another writer's rows are let through as ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_position_past_the_source_is_not_followed_from() {
+    let Some(redis) = redis::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let url = bloom_examples::db::sqlite_url(&dir.path().join("users")).unwrap();
+    let client = ::redis::Client::open(redis.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    // The change log's sequence number a billion rows ahead.
+    let _: () = ::redis::cmd("SET")
+        .arg("{user_service:users}:follow:position")
+        .arg(1_000_000_000i64.to_be_bytes().as_slice())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let redis_url = redis.url();
+    let flags = [
+        "--redis",
+        &redis_url,
+        "--filter-seed",
+        "0x5eed",
+        "--filter-capacity",
+        "100000",
+    ];
+    let instance = Instance::start(dir.path(), "users", &url, &flags).await;
+    let pool = writer(&url).await;
+    let id = write_row(&pool).await;
+    let took = until_found(&[&instance], id, "a row after a forged follow position").await;
+    println!("sqlite: a row let through {took:?} after its commit, past a forged follow position");
+    assert!(
+        instance
+            .log()
+            .contains("the follow position stored in Redis is past where the source stands"),
+        "{}",
+        instance.log()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_suite() {
     let Some(server) = postgres::start_or_skip("follow::postgres_suite") else {

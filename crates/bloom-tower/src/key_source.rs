@@ -119,6 +119,33 @@ pub trait KeySource {
         false
     }
 
+    /// Whether the source had reached `position` by `now` (what [`watermark`](Self::watermark)
+    /// just returned): `false` if `position` lies past `now`, so that following from it would
+    /// skip keys the source holds. A follower checks a position it reads back from outside (a
+    /// follow position stored in Redis, a snapshot's watermark) before it follows from it:
+    /// such a value may be forged, foreign, or from before the database was restored from an
+    /// older backup.
+    ///
+    /// The default: [`Watermark::origin`] is always reached, two watermarks made
+    /// [`from`](From) a `u64` compare as numbers, and anything else counts as reached (the
+    /// source cannot tell). Override it for watermarks of another form.
+    ///
+    /// ```
+    /// use bloom_tower::KeySource;
+    /// use bloom_tower::key_source::Watermark;
+    ///
+    /// let ids: Vec<u64> = vec![1, 2, 3];
+    /// assert!(ids.has_reached(&Watermark::from(3u64), &Watermark::from(3u64)));
+    /// assert!(!ids.has_reached(&Watermark::from(1_000_000u64), &Watermark::from(3u64)));
+    /// assert!(ids.has_reached(&Watermark::origin(), &Watermark::from(3u64)));
+    /// ```
+    fn has_reached(&self, position: &Watermark, now: &Watermark) -> bool {
+        match (position.to_u64(), now.to_u64()) {
+            (Some(position), Some(now)) => position <= now,
+            _ => true,
+        }
+    }
+
     /// Every key added since `since` (a value [`watermark`](Self::watermark) returned; keys
     /// from before it may be yielded too, which costs nothing but time). Only called when
     /// `watermark` returned `Some`; the default yields nothing.
@@ -258,6 +285,10 @@ macro_rules! forward_source {
 
             fn watermark_is_exact(&self) -> bool {
                 (**self).watermark_is_exact()
+            }
+
+            fn has_reached(&self, position: &Watermark, now: &Watermark) -> bool {
+                (**self).has_reached(position, now)
             }
         }
     )*};

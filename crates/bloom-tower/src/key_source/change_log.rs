@@ -566,6 +566,19 @@ where
         true
     }
 
+    /// The log positions compare (SQLite's sequence numbers, PostgreSQL's snapshots' `xmin`);
+    /// a position this log did not write is reached (following from it reads the whole table).
+    fn has_reached(&self, position: &Watermark, now: &Watermark) -> bool {
+        match (
+            self::position(self.dialect, position),
+            self::position(self.dialect, now),
+        ) {
+            (Some(position), Some(now)) => position <= now,
+            (None, _) => true,
+            (Some(_), None) => false,
+        }
+    }
+
     fn keys_since<'a>(
         &'a self,
         since: &'a Watermark,
