@@ -14,6 +14,12 @@
 //! so it is remembered for that long plus [`MARGIN`]. A load that ends later than that after
 //! it began may have missed a forget already pruned: if any forget happened meanwhile, its
 //! "not found" is not cached.
+//!
+//! **Bounded.** At most [`MAX_REMEMBERED`] digests are remembered: a flood of forgets (a
+//! client that can publish on the fleet's channel can send any number) never grows the map
+//! past it. A forget that finds it full forgets *everything* instead: every negative entry
+//! made by a load that began before it is stale (a miss, never a wrong "not found"). Test:
+//! `a_flood_of_forgets_stays_bounded_and_forgets_everything_before_it`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
@@ -23,6 +29,9 @@ use std::time::{Duration, Instant};
 /// Added to `negative_ttl`: covers the time between a load's last check and its entry's
 /// insertion (the expiry counts from the insertion).
 const MARGIN: Duration = Duration::from_secs(5);
+
+/// The most digests remembered at once (about 2 MiB).
+const MAX_REMEMBERED: usize = 1 << 16;
 
 pub(super) struct RemoteForgets {
     /// The number of the latest forget; 0 before any.
@@ -35,6 +44,8 @@ pub(super) struct RemoteForgets {
 struct Forgotten {
     /// Digest → the epoch and time of its latest forget.
     by_digest: HashMap<u64, (u64, Instant)>,
+    /// The epoch of the latest forget of everything (the map was full); 0: none.
+    everything: u64,
     last_pruned: Instant,
 }
 
@@ -44,6 +55,7 @@ impl RemoteForgets {
             epoch: AtomicU64::new(0),
             forgotten: Mutex::new(Forgotten {
                 by_digest: HashMap::new(),
+                everything: 0,
                 last_pruned: Instant::now(),
             }),
             retention: negative_ttl.saturating_add(MARGIN),
@@ -62,7 +74,6 @@ impl RemoteForgets {
         // the digest.
         let epoch = self.epoch.fetch_add(1, SeqCst) + 1;
         let now = Instant::now();
-        forgotten.by_digest.insert(digest, (epoch, now));
         // At most once per retention period, so the cost per forget stays constant.
         if now.duration_since(forgotten.last_pruned) >= self.retention {
             let retention = self.retention;
@@ -71,6 +82,14 @@ impl RemoteForgets {
                 .retain(|_, (_, at)| now.duration_since(*at) < retention);
             forgotten.last_pruned = now;
         }
+        if forgotten.by_digest.len() >= MAX_REMEMBERED && !forgotten.by_digest.contains_key(&digest)
+        {
+            // Full: forget everything made before now (the rule in the module docs).
+            forgotten.by_digest.clear();
+            forgotten.everything = epoch;
+            return;
+        }
+        forgotten.by_digest.insert(digest, (epoch, now));
     }
 
     /// Whether a negative entry whose load began at `since` is stale: its key's digest
@@ -81,10 +100,12 @@ impl RemoteForgets {
             return false;
         }
         let digest = digest();
-        self.lock()
-            .by_digest
-            .get(&digest)
-            .is_some_and(|&(epoch, _)| epoch > since)
+        let forgotten = self.lock();
+        forgotten.everything > since
+            || forgotten
+                .by_digest
+                .get(&digest)
+                .is_some_and(|&(epoch, _)| epoch > since)
     }
 
     /// Whether a load that began at `since`, `began` ago, may cache its "not found".
@@ -138,5 +159,33 @@ mod tests {
         remote.forget(2);
         let forgotten = remote.lock();
         assert_eq!(forgotten.by_digest.keys().collect::<Vec<_>>(), [&2]);
+    }
+
+    #[test]
+    fn a_flood_of_forgets_stays_bounded_and_forgets_everything_before_it() {
+        // Forgets within one retention period: nothing can be pruned.
+        let remote = RemoteForgets::new(Duration::from_secs(3600));
+        let before = remote.epoch();
+        for digest in 0..(MAX_REMEMBERED as u64 * 3 + 7) {
+            remote.forget(digest);
+            assert!(remote.lock().by_digest.len() <= MAX_REMEMBERED);
+        }
+        // Every digest forgotten after `before` is stale for a load that began then, the
+        // ones dropped from the full map included, and any other digest too (safe).
+        for digest in [
+            0,
+            1,
+            MAX_REMEMBERED as u64,
+            MAX_REMEMBERED as u64 * 3 + 6,
+            u64::MAX,
+        ] {
+            assert!(remote.is_stale(before, || digest), "{digest}");
+        }
+        // A load that began after the flood is not made stale by it.
+        let after = remote.epoch();
+        assert!(!remote.is_stale(after, || 0));
+        remote.forget(u64::MAX - 1);
+        assert!(!remote.is_stale(after, || 0));
+        assert!(remote.is_stale(after, || u64::MAX - 1));
     }
 }
