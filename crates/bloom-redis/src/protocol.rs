@@ -219,8 +219,10 @@ impl Keys {
     pub(crate) fn marks(&self) -> String {
         format!("{}:marks", self.base)
     }
-    /// HASH instance id (16 hex digits) → `epoch:tag`, what its [`Kind::Member`] messages
-    /// announced: the instances a reader waits for, read whole only when it missed a change.
+    /// HASH instance id (16 hex digits) → `epoch:tag:pushed` (decimal, 16 hex digits, `0` or
+    /// `1`), what its [`Kind::Member`] messages announced: the instances a reader waits for.
+    /// A reader checks each roster message against it before it changes anything, and reads
+    /// it whole when it missed a change.
     pub(crate) fn roster(&self) -> String {
         format!("{}:roster", self.base)
     }

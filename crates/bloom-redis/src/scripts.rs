@@ -430,7 +430,7 @@ end
 /// of it), the round's nonce (16 hex digits), `stale_after` (ms).
 ///
 /// Reads Redis's clock `now`. If it vouches, sets its mark to the smaller of `now` and the
-/// claim, and if its `epoch:tag` differs from its roster entry, records it, bumps the version
+/// claim, and if its `epoch:tag:pushed` differs from its roster entry, records it, bumps the version
 /// and publishes a [`Kind::Member`](crate::protocol::Kind::Member) message carrying it.
 /// Removes every instance whose mark is older than `member_timeout`, publishing a
 /// [`Kind::Leaving`](crate::protocol::Kind::Leaving) message (expired) for each. Publishes
@@ -449,7 +449,7 @@ if ARGV[3] == '1' then
   local score = now
   if ARGV[2] ~= '' then score = math.min(now, tonumber(ARGV[2])) end
   redis.call('ZADD', KEYS[1], score, id)
-  local info = ARGV[5] .. ':' .. ARGV[6]
+  local info = ARGV[5] .. ':' .. ARGV[6] .. ':' .. ARGV[10]
   if redis.call('HGET', KEYS[2], id) ~= info then
     redis.call('HSET', KEYS[2], id, info)
     local v = redis.call('INCR', KEYS[3])
@@ -493,14 +493,25 @@ return 1
     )
 }
 
-/// The roster, whole: `{version, id, epoch:tag, id, epoch:tag, …}`. KEYS: roster, roster
-/// version.
+/// The roster, whole: `{version, id, epoch:tag:pushed, id, epoch:tag:pushed, …}`. KEYS:
+/// roster, roster version.
 pub(crate) fn roster() -> Script {
     Script::new(
         r"
 local out = {redis.call('GET', KEYS[2]) or '0'}
 for _, field in ipairs(redis.call('HGETALL', KEYS[1])) do out[#out + 1] = field end
 return out
+",
+    )
+}
+
+/// One instance's roster entry and the roster's version: `{version, entry or ''}`. KEYS:
+/// roster, roster version. ARGV: the instance's id (16 hex digits). What a roster message is
+/// checked against before it changes a view.
+pub(crate) fn roster_entry() -> Script {
+    Script::new(
+        r"
+return {redis.call('GET', KEYS[2]) or '0', redis.call('HGET', KEYS[1], ARGV[1]) or ''}
 ",
     )
 }

@@ -783,3 +783,94 @@ async fn a_generation_far_smaller_than_the_serving_one_is_adopted_with_every_key
     let copy = redis_copy(&url, "forged", forged, 64 << 10).await;
     assert!(served.iter().all(|key| copy.contains(key)));
 }
+
+/// A roster message any client that can `PUBLISH` on the channel could send, as the mark
+/// script encodes one: `Member` (kind 7) with words `[epoch, tag, version, pushed]`.
+fn forged_member(sender: u64, epoch: u64, tag: u64, version: u64, pushed: u64) -> Vec<u8> {
+    let mut message = vec![2u8, 7];
+    for word in [sender, 0, epoch, tag, version, pushed] {
+        message.extend_from_slice(&word.to_le_bytes());
+    }
+    message
+}
+
+/// R10 (`docs/REDIS-SYNC.md`): a roster message changes a view only once Redis's roster
+/// confirms it. A forged `Member` message carrying the next version must not make an
+/// instance skip the next real change: here the join of an instance whose filter already
+/// held keys, which it pushed into Redis (not published) and announced. An instance that
+/// took the forged version would not pull them, and its confirmed checks would answer
+/// "absent" for them until its next round noticed the roster's version (a heartbeat later).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_roster_messages_do_not_hide_a_join() {
+    let Some(server) = common::start() else {
+        return;
+    };
+    let url = server.url();
+    // Rounds far apart and no periodic pass: only the join's announcement tells A to pull.
+    let slow = |b: bloom_redis::RedisSyncBuilder| {
+        b.heartbeat(Duration::from_secs(4))
+            .stale_after(Duration::from_secs(12))
+            .reconcile_every(Duration::from_secs(600))
+    };
+    let a = join(&url, "roster", slow).await;
+    eventually("A fresh", || a.stats().fresh).await;
+
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let version: Option<u64> = redis::cmd("GET")
+        .arg("{roster}:roster:v")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // A's own entry, as anyone who can read the prefix sees it, announced again with a
+    // the next version: nothing in A's view changes but the version it has heard.
+    let roster: Vec<(String, String)> = redis::cmd("HGETALL")
+        .arg("{roster}:roster")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let [(id, entry)] = &roster[..] else {
+        panic!("one member: {roster:?}");
+    };
+    let fields: Vec<&str> = entry.split(':').collect();
+    let forged = forged_member(
+        u64::from_str_radix(id, 16).unwrap(),
+        fields[0].parse().unwrap(),
+        u64::from_str_radix(fields[1], 16).unwrap(),
+        version.unwrap_or(0) + 1,
+        fields.get(2).map_or(1, |pushed| pushed.parse().unwrap()),
+    );
+    let _: () = redis::cmd("PUBLISH")
+        .arg("{roster}:bits")
+        .arg(forged)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+
+    // C joins with keys its filter held before: its join pushes them into Redis.
+    let held = keys("held", 300);
+    let c_filter = filter(BITS, 7, SEED);
+    for key in &held {
+        c_filter.insert(key);
+    }
+    let c = RedisSync::builder(&url)
+        .prefix("roster")
+        .connect(&c_filter)
+        .await
+        .expect("join");
+    eventually("C fresh", || c.stats().fresh).await;
+    let mut answered_absent = Vec::new();
+    for key in &held {
+        if !a.filter().check(key).await {
+            answered_absent.push(key.clone());
+        }
+    }
+    assert!(
+        answered_absent.is_empty(),
+        "{} of {} keys C joined with answered \"absent\" by A after a forged roster message: {:?}",
+        answered_absent.len(),
+        held.len(),
+        &answered_absent[..answered_absent.len().min(5)]
+    );
+    eventually("A holds C's keys", || all_contain(&[&a], &held)).await;
+}

@@ -485,21 +485,20 @@ impl Freshness {
         lock(&self.view).roster_missed
     }
 
-    /// The roster, read whole at `version`: `(instance, epoch, tag)` each.
-    pub(super) fn roster_read(&self, version: u64, entries: &[(u64, u64, u64)]) -> bool {
+    /// The roster, read whole at `version`: `(instance, epoch, tag, pushed)` each.
+    pub(super) fn roster_read(&self, version: u64, entries: &[(u64, u64, u64, bool)]) -> bool {
         let now = self.now();
         let mut view = lock(&self.view);
         view.roster_reads += 1;
         let mut pull = false;
         let mut members = HashMap::with_capacity(entries.len());
-        for &(id, epoch, tag) in entries {
+        for &(id, epoch, tag, pushed) in entries {
             let mut member = view.members.remove(&id).unwrap_or(Member {
                 epoch,
                 tag: 0,
                 pull_owed_since: None,
             });
-            // Whether it pushed before announcing is not in the roster: pull.
-            pull |= self.announced(&mut member, id, epoch, tag, true, now);
+            pull |= self.announced(&mut member, id, epoch, tag, pushed, now);
             members.insert(id, member);
         }
         for id in view.members.keys() {
@@ -510,6 +509,17 @@ impl Freshness {
         view.roster_missed = false;
         self.evaluate(&mut view, now);
         pull
+    }
+
+    /// A roster message that Redis's roster did not confirm (forged, or overtaken by a later
+    /// change), or could not be checked: nothing of it is taken, and the view is stale until
+    /// the roster is read whole (R10 in `docs/REDIS-SYNC.md`).
+    pub(super) fn roster_doubted(&self) {
+        let now = self.now();
+        let mut view = lock(&self.view);
+        view.roster_missed = true;
+        self.evaluate(&mut view, now);
+        self.roster_wanted.notify_one();
     }
 
     /// `sender` joined, or announced a new epoch or tag, as roster change `version`;
@@ -956,16 +966,29 @@ impl Inner {
             .invoke_async(&mut conn)
             .await?;
         let version = reply.first().and_then(|v| v.parse().ok()).unwrap_or(0);
-        let entries: Vec<(u64, u64, u64)> = reply[1.min(reply.len())..]
+        let entries: Vec<(u64, u64, u64, bool)> = reply[1.min(reply.len())..]
             .chunks_exact(2)
             .filter_map(|pair| {
                 let id = u64::from_str_radix(&pair[0], 16).ok()?;
-                let (epoch, tag) = pair[1].split_once(':')?;
-                Some((id, epoch.parse().ok()?, u64::from_str_radix(tag, 16).ok()?))
+                let (epoch, tag, pushed) = parse_roster_entry(&pair[1])?;
+                Some((id, epoch, tag, pushed))
             })
             .collect();
         Ok(self.freshness.roster_read(version, &entries))
     }
+}
+
+/// A roster entry, `epoch:tag:pushed` (decimal, 16 hex digits, `0` or `1`).
+pub(super) fn parse_roster_entry(entry: &str) -> Option<(u64, u64, bool)> {
+    let mut fields = entry.split(':');
+    let epoch = fields.next()?.parse().ok()?;
+    let tag = u64::from_str_radix(fields.next()?, 16).ok()?;
+    let pushed = match fields.next()? {
+        "0" => false,
+        "1" => true,
+        _ => return None,
+    };
+    fields.next().is_none().then_some((epoch, tag, pushed))
 }
 
 #[cfg(test)]
@@ -1144,7 +1167,7 @@ mod tests {
         assert!(freshness.roster_missed());
         let tag = tag_of("dataset/run-1");
         assert!(
-            freshness.roster_read(3, &[(ME, 0, tag), (OTHER, 0, tag)]),
+            freshness.roster_read(3, &[(ME, 0, tag, true), (OTHER, 0, tag, true)]),
             "a member first seen in the roster is pulled from"
         );
         assert!(!freshness.roster_missed());
@@ -1155,7 +1178,7 @@ mod tests {
         freshness.member(OTHER, 1, tag, 5, true);
         assert!(freshness.roster_missed());
         // A smaller version than ours: Redis lost the roster.
-        freshness.roster_read(5, &[(ME, 0, tag), (OTHER, 1, tag)]);
+        freshness.roster_read(5, &[(ME, 0, tag, true), (OTHER, 1, tag, true)]);
         pull(&freshness);
         round(&freshness, 0, ME, 1);
         assert!(freshness.roster_missed());
