@@ -62,6 +62,40 @@ pub(super) struct Build {
     pub(super) mine: bool,
 }
 
+/// How often at most [`warn_out_of_range`] logs (per process).
+const OUT_OF_RANGE_WARN_EVERY_MS: u64 = 60_000;
+
+/// Logs at warn, at most once per [`OUT_OF_RANGE_WARN_EVERY_MS`], that a bits message held
+/// `count` bit indices at or above m (ignored), with how many were ignored since the last
+/// warning.
+fn warn_out_of_range(prefix: &str, generation: u64, count: usize, num_bits: u64) {
+    use std::sync::atomic::AtomicU64;
+    static IGNORED: AtomicU64 = AtomicU64::new(0);
+    static LAST_WARNED_MS: AtomicU64 = AtomicU64::new(0);
+    IGNORED.fetch_add(count as u64, Relaxed);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+        .max(1);
+    let last = LAST_WARNED_MS.load(Relaxed);
+    if (last != 0 && now.saturating_sub(last) < OUT_OF_RANGE_WARN_EVERY_MS)
+        || LAST_WARNED_MS
+            .compare_exchange(last, now, Relaxed, Relaxed)
+            .is_err()
+    {
+        return;
+    }
+    let ignored = IGNORED.swap(0, Relaxed);
+    tracing::warn!(
+        %prefix,
+        generation,
+        num_bits,
+        ignored,
+        "ignored bit indices at or above the filter's size in a bits message (no instance \
+         sends them: a client that can PUBLISH on the channel did); warned at most once a minute"
+    );
+}
+
 impl Inner {
     /// Starts building an empty filter of the fleet's shape for `generation`: from now on every
     /// local insert also writes it. `in_time` and `mine` as in [`Build`].
@@ -120,16 +154,26 @@ impl Inner {
     /// Sets received bits of `generation` in the filters it goes into; `false` if we do not
     /// know that generation yet. Bits routed into another generation than theirs are in
     /// none of Redis's copies of it: their segments are marked dirty there.
+    ///
+    /// A bit index at or above m (no key sets one: a message from a client that can PUBLISH
+    /// on the channel, not from an instance) is ignored, with a rate-limited warning. In a
+    /// Classic filter whose m is not a multiple of 64 those below the last word's end are
+    /// its padding, which a snapshot must hold as 0 (`classic_padding.rs`
+    /// `padding_bits_published_on_the_channel_are_ignored_and_the_snapshot_loads`).
     pub(super) fn absorb_bits(&self, generation: u64, bits: &[u64]) -> bool {
         let targets = self.targets(generation);
-        let words = self.shape.bits.div_ceil(64);
+        let num_bits = self.shape.bits;
+        let out_of_range = bits.iter().filter(|&&bit| bit >= num_bits).count();
+        if out_of_range > 0 {
+            warn_out_of_range(&self.prefix, generation, out_of_range, num_bits);
+        }
         for (target_generation, target) in &targets {
             let Some(filter) = target.as_plain() else {
                 continue; // reported by the next reconciliation
             };
             let mut routed = Vec::new();
             for &bit in bits {
-                if bit / 64 < words
+                if bit < num_bits
                     && filter.union_words((bit / 64) as usize, &[1 << (bit % 64)])
                     && *target_generation != generation
                 {

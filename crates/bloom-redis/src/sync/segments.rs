@@ -546,21 +546,19 @@ impl Inner {
             };
             let filter = filter.as_plain().ok_or(Error::ShapeChanged)?;
             let first = s as usize * words_per_segment;
-            let count = words_per_segment.min(filter.num_words() - first);
-            let remote_words = protocol::bytes_to_words(&remote, count);
+            let count = words_per_segment.min(filter.num_words().saturating_sub(first));
+            let remote_words = held_words(&remote, first, count, filter.num_bits());
             self.absorb_pulled(generation, filter, first, &remote_words);
-            let local = segment_bytes_of(filter, s, self.cfg.segment_bytes);
-            let remote_trimmed = {
-                let mut end = remote.len();
-                while end > 0 && remote[end - 1] == 0 {
-                    end -= 1;
-                }
-                &remote[..end]
-            };
-            if local == remote_trimmed {
+            // Pushed only if the local copy holds bits Redis lacks: bits Redis holds that no
+            // filter of this shape can (the padding above m, bytes past the last word) are
+            // no reason to push, and a push (an OR) would not clear them anyway
+            // (`classic_padding.rs`
+            // `padding_bits_written_into_a_segment_are_masked_and_not_pushed_forever`).
+            if !holds_bits_missing_from(filter, first, count, &remote_words) {
                 self.ledger.set_seen(generation, s, version);
                 continue;
             }
+            let local = segment_bytes_of(filter, s, self.cfg.segment_bytes);
             let written: Written = scripts::or_segment()
                 .key(self.keys.segment(generation, s))
                 .key(self.keys.scratch(generation, group, self.id))
@@ -634,6 +632,39 @@ impl Inner {
     }
 }
 
+/// The words of a segment pulled from Redis (`remote`, its bytes) that a filter of `num_bits`
+/// bits holds, from its word `first` on: at most `count` (bytes past them are not the
+/// filter's), and without the padding of the filter's last word (its bits at and above m,
+/// which no key sets and a snapshot must hold as 0); trailing zero words dropped.
+fn held_words(remote: &[u8], first: usize, count: usize, num_bits: u64) -> Vec<u64> {
+    let mut words = protocol::bytes_to_words(remote, count);
+    let last = (num_bits.div_ceil(64) as usize).saturating_sub(1);
+    let used = num_bits % 64;
+    if used != 0 {
+        if let Some(word) = last.checked_sub(first).and_then(|i| words.get_mut(i)) {
+            *word &= (1u64 << used) - 1;
+        }
+    }
+    while words.last() == Some(&0) {
+        words.pop();
+    }
+    words
+}
+
+/// Whether `filter`'s words `first..first + count` hold a bit that `remote` (the same
+/// words pulled from Redis, as [`held_words`] gives them) lacks.
+fn holds_bits_missing_from(
+    filter: &BloomFilter,
+    first: usize,
+    count: usize,
+    remote: &[u64],
+) -> bool {
+    filter
+        .words_in(first..first + count)
+        .enumerate()
+        .any(|(i, local)| local & !remote.get(i).copied().unwrap_or(0) != 0)
+}
+
 /// Segment `s` of `filter` as stored in Redis: its words' little-endian bytes, without
 /// trailing zero bytes.
 pub(super) fn segment_bytes_of(filter: &BloomFilter, s: u64, segment_bytes: u64) -> Vec<u8> {
@@ -696,6 +727,39 @@ mod tests {
         assert_eq!(ledger.seen(1, 0), 0);
         assert_eq!(ledger.take_dirty(1), BTreeSet::from([0, 1]));
         assert!(ledger.take_dirty(1).is_empty());
+    }
+
+    /// A pulled segment keeps only what a filter of m bits can hold: no padding above m in
+    /// its last word, no bytes past it; and the padding it held is no reason to push.
+    #[test]
+    fn pulled_words_lose_the_padding_above_m_and_the_bytes_past_the_end() {
+        // m = 200: 4 words, bits 200..256 of word 3 are padding.
+        let mut remote = vec![0u8; 40];
+        remote[24] = 0x01; // bit 192: below m
+        remote[25..32].fill(0xFF); // bits 200..256: padding
+        remote[32..].fill(0xFF); // past the last word
+        assert_eq!(held_words(&remote, 0, 4, 200), [0, 0, 0, 0x01]);
+        // A segment of two words starting at word 2 (the last one at index 1).
+        assert_eq!(held_words(&remote[16..], 2, 2, 200), [0, 0x01]);
+        // Only padding: nothing held.
+        assert!(held_words(&(!0xFFu64).to_le_bytes(), 3, 1, 200).is_empty());
+        // No padding when m is a multiple of 64, and not in a segment before the last word.
+        assert_eq!(held_words(&[0xFF; 8], 3, 1, 256), [!0]);
+        assert_eq!(held_words(&[0xFF; 8], 0, 1, 200), [!0]);
+
+        let filter = BloomFilter::builder()
+            .bits(200)
+            .hashes(1)
+            .layout(bloom_core::Layout::Classic)
+            .build()
+            .unwrap();
+        let remote_words = held_words(&remote, 0, 4, 200);
+        filter.union_words(0, &remote_words);
+        assert!(!holds_bits_missing_from(&filter, 0, 4, &remote_words));
+        assert!(BloomFilter::from_bytes(&filter.to_bytes()).is_ok());
+        filter.union_words(1, &[1]);
+        assert!(holds_bits_missing_from(&filter, 0, 4, &remote_words));
+        assert!(!holds_bits_missing_from(&filter, 2, 2, &remote_words[2..]));
     }
 
     #[test]
