@@ -19,6 +19,14 @@
 //! [`insert`](crate::SharedFilter::insert). An empty value counts as missing. Numeric ids you
 //! insert as integers must be extracted with `.parse::<u64>()` (or whichever type you insert):
 //! `"42"` and `42u64` are different keys, see [`bloom_core::Key`].
+//!
+//! A query parameter or header given more than once with values that differ (an empty one
+//! beside a non-empty one included) is **ambiguous**: handlers disagree on which value counts
+//! (the first, the last, an error), so no single value may stand for the request.
+//! [`KeyExtractor::extract_checked`] says so ([`Extracted::Ambiguous`]) and the guard answers
+//! such a request itself, without looking any value up and without calling its service;
+//! [`KeyExtractor::extract`] gives `None` for it. The same value repeated is that value. A path
+//! has one segment per position, so the path extractors are never ambiguous.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -35,6 +43,11 @@ use percent_encoding::percent_decode_str;
 /// Implemented for closures `Fn(&Req) -> Option<K>` where `K` is an owned [`Key`] (a closure's
 /// result cannot borrow from the request; the ready-made extractors here can, and allocate
 /// nothing for keys without escapes). Return `None` when the request has no usable key.
+///
+/// The guard calls [`extract_checked`](Self::extract_checked), which also tells a request
+/// whose key is [ambiguous](Extracted::Ambiguous) from one without a key; its default is
+/// `extract`'s answer, never ambiguous. An extractor that reads a value a request can carry
+/// more than once implements both.
 ///
 /// ```
 /// use bloom_tower::KeyExtractor;
@@ -58,8 +71,74 @@ pub trait KeyExtractor<Req> {
         Self: 'a,
         Req: 'a;
 
-    /// The request's key, or `None` if it has none.
+    /// The request's key, or `None` if it has none or its key is ambiguous.
     fn extract<'a>(&'a self, req: &'a Req) -> Option<Self::Key<'a>>;
+
+    /// The request's key, or whether it has none or an ambiguous one (what the guard calls).
+    #[inline]
+    fn extract_checked<'a>(&'a self, req: &'a Req) -> Extracted<Self::Key<'a>> {
+        self.extract(req).map_or(Extracted::Missing, Extracted::Key)
+    }
+}
+
+/// What [`KeyExtractor::extract_checked`] found in a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Extracted<K> {
+    /// The key: the one value the request carries for it.
+    Key(K),
+    /// No usable key: the guard applies its [missing-key policy](crate::reject::OnMissingKey).
+    Missing,
+    /// The value is given more than once and the values differ, an empty one beside a
+    /// non-empty one included: the request names no single key. The guard answers it without
+    /// looking up any of the values and without calling its service
+    /// ([`OnReject::on_ambiguous_key`](crate::reject::OnReject::on_ambiguous_key), `400 Bad
+    /// Request` by default), whatever its missing-key policy.
+    Ambiguous,
+}
+
+impl<K> Extracted<K> {
+    /// The key, if there is exactly one; `None` when missing or ambiguous.
+    #[inline]
+    pub fn key(self) -> Option<K> {
+        match self {
+            Self::Key(key) => Some(key),
+            Self::Missing | Self::Ambiguous => None,
+        }
+    }
+
+    /// The key mapped through `f`; missing and ambiguous stay as they are.
+    #[inline]
+    pub fn and_then<T>(self, f: impl FnOnce(K) -> Option<T>) -> Extracted<T> {
+        match self {
+            Self::Key(key) => f(key).map_or(Extracted::Missing, Extracted::Key),
+            Self::Missing => Extracted::Missing,
+            Self::Ambiguous => Extracted::Ambiguous,
+        }
+    }
+}
+
+/// The one value of `values` (a parameter's or header's, in request order): `Missing` if there
+/// is none or it is empty, `Ambiguous` if two of them differ (an empty one beside a non-empty
+/// one included). Every value is read: the last may be the one a handler uses. Test:
+/// `query_and_header_keys_given_twice_with_different_values_are_ambiguous`.
+fn only_value<V>(values: impl IntoIterator<Item = V>, is_empty: impl Fn(&V) -> bool) -> Extracted<V>
+where
+    V: PartialEq,
+{
+    let mut values = values.into_iter();
+    let Some(first) = values.next() else {
+        return Extracted::Missing;
+    };
+    for value in values {
+        if value != first {
+            return Extracted::Ambiguous;
+        }
+    }
+    if is_empty(&first) {
+        Extracted::Missing
+    } else {
+        Extracted::Key(first)
+    }
 }
 
 impl<Req, F, K> KeyExtractor<Req> for F
@@ -270,16 +349,29 @@ impl<B> KeyExtractor<Request<B>> for PathSegment {
     }
 }
 
-/// The value of query parameter `name` (the first, if repeated), form-decoded (`+` is a
-/// space, `%XX` escapes decoded). Absent or empty is a missing key.
+/// The value of query parameter `name`, form-decoded (`+` is a space, `%XX` escapes
+/// decoded). Absent or empty is a missing key.
+///
+/// Rule: a parameter given more than once is its value only if every occurrence decodes to the
+/// same text; values that differ (`?id=&id=999`, `?id=999&id=5`) are an
+/// [ambiguous](Extracted::Ambiguous) key, which the guard neither looks up nor lets through,
+/// since a handler may read any of them (a map keeps the last, axum's `Query` of a struct
+/// refuses the request). Tests: `query_finds_the_one_value_and_form_decodes` and
+/// `query_and_header_keys_given_twice_with_different_values_are_ambiguous` here, and
+/// `tests/ambiguous_keys.rs` over TCP.
 ///
 /// ```
-/// use bloom_tower::{KeyExtractor, key};
+/// use bloom_tower::key::{self, Extracted};
+/// use bloom_tower::KeyExtractor;
 /// use http::Request;
 ///
 /// let req = Request::get("/search?user=ada+lovelace&page=2").body(()).unwrap();
 /// assert_eq!(key::query("user").extract(&req).as_deref(), Some("ada lovelace"));
 /// assert_eq!(key::query("page").parse::<u32>().extract(&req), Some(2));
+///
+/// let twice = Request::get("/users?id=&id=999").body(()).unwrap();
+/// assert!(matches!(key::query("id").extract_checked(&twice), Extracted::Ambiguous));
+/// assert_eq!(key::query("id").extract(&twice), None);
 /// ```
 pub fn query(name: impl Into<Cow<'static, str>>) -> Query {
     Query { name: name.into() }
@@ -297,13 +389,19 @@ impl<B> KeyExtractor<Request<B>> for Query {
     where
         B: 'a;
 
+    #[inline]
     fn extract<'a>(&'a self, req: &'a Request<B>) -> Option<TextKey<'a>> {
-        let query = req.uri().query()?;
-        form_urlencoded::parse(query.as_bytes())
-            .find(|(name, _)| *name == self.name)
-            .map(|(_, value)| value)
-            .filter(|value| !value.is_empty())
-            .map(TextKey)
+        self.extract_checked(req).key()
+    }
+
+    fn extract_checked<'a>(&'a self, req: &'a Request<B>) -> Extracted<TextKey<'a>> {
+        let Some(query) = req.uri().query() else {
+            return Extracted::Missing;
+        };
+        let values = form_urlencoded::parse(query.as_bytes())
+            .filter(|(name, _)| *name == self.name)
+            .map(|(_, value)| TextKey(value));
+        only_value(values, |value| value.is_empty())
     }
 }
 
@@ -422,6 +520,14 @@ impl<B> KeyExtractor<Request<B>> for Route {
 /// that is not UTF-8 into a missing key; for numbers, `.parse::<u64>()` and so on. Absent or
 /// empty is a missing key.
 ///
+/// Rule, as for [`query`]: a header sent on several field lines is its value only if every
+/// line carries the same bytes; lines that differ (an empty one beside a non-empty one
+/// included) are an [ambiguous](Extracted::Ambiguous) key, since `HeaderMap::get` reads the
+/// first line while proxies and other frameworks join them or keep the last. One line holding
+/// a comma-separated list is one value, the whole line. Tests:
+/// `query_and_header_keys_given_twice_with_different_values_are_ambiguous` here, and
+/// `tests/ambiguous_keys.rs` over TCP.
+///
 /// ```
 /// use bloom_tower::{KeyExtractor, key};
 /// use http::Request;
@@ -450,8 +556,15 @@ impl<B> KeyExtractor<Request<B>> for Header {
 
     #[inline]
     fn extract<'a>(&'a self, req: &'a Request<B>) -> Option<&'a [u8]> {
-        let value = req.headers().get(&self.name)?.as_bytes();
-        (!value.is_empty()).then_some(value)
+        self.extract_checked(req).key()
+    }
+
+    #[inline]
+    fn extract_checked<'a>(&'a self, req: &'a Request<B>) -> Extracted<&'a [u8]> {
+        let values = req.headers().get_all(&self.name).iter();
+        only_value(values.map(http::HeaderValue::as_bytes), |value| {
+            value.is_empty()
+        })
     }
 }
 
@@ -566,7 +679,9 @@ fn segments(template: &str) -> impl Iterator<Item = &str> {
 
 /// An extractor whose text key is parsed into `T` (e.g. `u64`, or `uuid::Uuid` with the
 /// `uuid` feature) before the lookup; text that does not parse is a missing key (the guard
-/// warns when most requests have none). Made by `.parse::<T>()` on the HTTP extractors.
+/// warns when most requests have none), an [ambiguous](Extracted::Ambiguous) text stays
+/// ambiguous (values are compared as text, before parsing). Made by `.parse::<T>()` on the
+/// HTTP extractors.
 pub struct Parse<E, T> {
     inner: E,
     _key: PhantomData<fn() -> T>,
@@ -618,8 +733,14 @@ macro_rules! parse_adapter {
 
             #[inline]
             fn extract<'a>(&'a self, req: &'a Request<B>) -> Option<T> {
-                let key = self.inner.extract(req)?;
-                $text(&key)?.parse().ok()
+                self.extract_checked(req).key()
+            }
+
+            #[inline]
+            fn extract_checked<'a>(&'a self, req: &'a Request<B>) -> Extracted<T> {
+                self.inner
+                    .extract_checked(req)
+                    .and_then(|key| $text(&key)?.parse().ok())
             }
         }
     };
@@ -699,12 +820,88 @@ mod tests {
     }
 
     #[test]
-    fn query_finds_the_first_value_and_form_decodes() {
-        let req = get("/s?a=1&user=ada%20l+x&user=second&empty=");
+    fn query_finds_the_one_value_and_form_decodes() {
+        let req = get("/s?a=1&user=ada%20l+x&user=ada+l%20x&empty=&empty=");
         assert_eq!(query("user").extract(&req).as_deref(), Some("ada l x"));
+        assert_eq!(
+            query("user").extract_checked(&req).key().as_deref(),
+            Some("ada l x")
+        );
         assert!(query("empty").extract(&req).is_none());
+        assert!(matches!(
+            query("empty").extract_checked(&req),
+            Extracted::Missing
+        ));
         assert!(query("nope").extract(&req).is_none());
         assert!(query("a").extract(&get("/s")).is_none());
+    }
+
+    #[test]
+    fn query_and_header_keys_given_twice_with_different_values_are_ambiguous() {
+        let ambiguous = |uri: &str| {
+            let req = get(uri);
+            let text = matches!(query("id").extract_checked(&req), Extracted::Ambiguous);
+            let parsed = query("id").parse::<u64>().extract_checked(&req);
+            assert_eq!(text, parsed == Extracted::Ambiguous, "{uri}");
+            if text {
+                assert!(query("id").extract(&req).is_none(), "{uri}");
+            }
+            text
+        };
+        for uri in [
+            "/u?id=&id=999",
+            "/u?id=999&id=",
+            "/u?id=999&id=5",
+            "/u?id=5&x=1&id=999",
+            "/u?id=5&%69d=6",
+            "/u?id=5&id=5&id=6",
+            "/u?id=5&id=05",
+        ] {
+            assert!(ambiguous(uri), "{uri}");
+        }
+        for uri in [
+            "/u?id=5&id=5",
+            "/u?id=5&id=%35",
+            "/u?id=&id=",
+            "/u?id=5&ids=6",
+        ] {
+            assert!(!ambiguous(uri), "{uri}");
+        }
+        assert_eq!(
+            query("id")
+                .parse::<u64>()
+                .extract_checked(&get("/u?id=5&id=5")),
+            Extracted::Key(5)
+        );
+
+        let name = HeaderName::from_static("x-id");
+        let with = |values: &[&str]| {
+            let mut req = Request::get("/");
+            for value in values {
+                req = req.header("x-id", *value);
+            }
+            req.body(()).unwrap()
+        };
+        let id = header(name.clone());
+        for values in [&["", "7"][..], &["7", ""], &["7", "8"], &["7", "7", "8"]] {
+            let req = with(values);
+            assert_eq!(id.extract_checked(&req), Extracted::Ambiguous, "{values:?}");
+            assert_eq!(id.extract(&req), None, "{values:?}");
+            assert_eq!(
+                header(name.clone()).parse::<u64>().extract_checked(&req),
+                Extracted::Ambiguous
+            );
+        }
+        assert_eq!(
+            id.extract_checked(&with(&["7", "7"])),
+            Extracted::Key(&b"7"[..])
+        );
+        assert_eq!(
+            id.extract_checked(&with(&["7, 8"])),
+            Extracted::Key(&b"7, 8"[..])
+        );
+        assert_eq!(id.extract_checked(&with(&["", ""])), Extracted::Missing);
+        assert_eq!(id.extract_checked(&with(&[])), Extracted::Missing);
     }
 
     #[test]

@@ -2,9 +2,17 @@
 //!
 //! Both answers are *responses* of the inner service's type, never errors: an `Err` from an
 //! HTTP service makes hyper drop the connection. [`OnReject`] builds the answer for a key that
-//! is definitely absent ([`NotFound`] by default); [`OnMissingKey`] decides what happens to a
-//! request with no usable key ([`PassThrough`] by default, or a status such as
-//! `StatusCode::BAD_REQUEST`).
+//! is definitely absent ([`NotFound`] by default) and for an
+//! [ambiguous](crate::key::Extracted::Ambiguous) one (`400 Bad Request` by default);
+//! [`OnMissingKey`] decides what happens to a request with no usable key ([`PassThrough`] by
+//! default, or a status such as `StatusCode::BAD_REQUEST`).
+//!
+//! Rule: a request whose key is ambiguous never reaches the inner service and is never
+//! answered from one of its values. The guard answers it with
+//! [`OnReject::on_ambiguous_key`]; if that has no answer (a closure or your own `OnReject`
+//! without one), with the missing-key policy's answer; if that passes the request, with
+//! [`OnReject::on_reject`] given a key that [`is_ambiguous`](RejectedKey::is_ambiguous) (and
+//! a WARN, once). Tests: `tests/ambiguous_keys.rs`.
 
 use std::fmt;
 
@@ -17,16 +25,37 @@ use http::{Request, Response, StatusCode};
 #[derive(Clone, Copy)]
 pub struct RejectedKey<'a> {
     bytes: &'a [u8],
+    ambiguous: bool,
 }
 
 impl<'a> RejectedKey<'a> {
     pub(crate) fn new(bytes: &'a [u8]) -> Self {
-        Self { bytes }
+        Self {
+            bytes,
+            ambiguous: false,
+        }
     }
 
-    /// The key's bytes ([`bloom_core::Key::key_bytes`]).
+    /// The "key" of a request whose key is [ambiguous](crate::key::Extracted::Ambiguous): no
+    /// bytes.
+    pub(crate) fn ambiguous() -> Self {
+        Self {
+            bytes: &[],
+            ambiguous: true,
+        }
+    }
+
+    /// The key's bytes ([`bloom_core::Key::key_bytes`]); empty if [ambiguous](Self::is_ambiguous).
     pub fn as_bytes(&self) -> &'a [u8] {
         self.bytes
+    }
+
+    /// `true` when the request named no single key (a value given more than once, the values
+    /// differing) rather than an absent one: answer it as a bad request, not as "not found".
+    /// Only an [`OnReject`] with no [`on_ambiguous_key`](OnReject::on_ambiguous_key) answer,
+    /// on a guard whose missing-key policy passes requests, is ever called with such a key.
+    pub fn is_ambiguous(&self) -> bool {
+        self.ambiguous
     }
 
     /// The key as text, if it is UTF-8 (text keys from paths, queries and headers are).
@@ -56,20 +85,36 @@ impl<'a> RejectedKey<'a> {
 
 impl fmt::Debug for RejectedKey<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "RejectedKey(<{} bytes>)", self.bytes.len())
+        if self.ambiguous {
+            f.write_str("RejectedKey(<ambiguous>)")
+        } else {
+            write!(f, "RejectedKey(<{} bytes>)", self.bytes.len())
+        }
     }
 }
 
-/// Builds the response for a request whose key is definitely absent.
+/// Builds the response for a request whose key is definitely absent, and for one whose key is
+/// [ambiguous](crate::key::Extracted::Ambiguous).
 ///
 /// Implemented for [`NotFound`] (the default), for [`StatusCode`] (that status, its reason as
-/// a plain-text body) and for closures `FnMut(RejectedKey<'_>) -> Res`, which
-/// [`BloomGuard::on_reject`](crate::BloomGuard::on_reject) takes. Implement it yourself to look
-/// at the request as well (to negotiate the content type, say) and pass it to
-/// [`BloomGuard::reject_with`](crate::BloomGuard::reject_with).
+/// a plain-text body; both answer an ambiguous key with `400 Bad Request`) and for closures
+/// `FnMut(RejectedKey<'_>) -> Res`, which [`BloomGuard::on_reject`](crate::BloomGuard::on_reject)
+/// takes (they have no answer of their own for an ambiguous key: see the [rule](crate::reject)).
+/// Implement it yourself to look at the request as well (to negotiate the content type, say)
+/// and pass it to [`BloomGuard::reject_with`](crate::BloomGuard::reject_with).
 pub trait OnReject<Req, Res> {
     /// The response for `req`, whose key `key` the filter has never seen.
     fn on_reject(&mut self, req: &Req, key: RejectedKey<'_>) -> Res;
+
+    /// The response for `req`, whose key is ambiguous (given more than once, the values
+    /// differing), or `None` to leave it to the missing-key policy (see the [rule](crate::reject)).
+    /// `None` by default; [`NotFound`], [`StatusCode`] and [`RejectionHeader`] answer
+    /// `400 Bad Request`.
+    #[inline]
+    fn on_ambiguous_key(&mut self, req: &Req) -> Option<Res> {
+        let _ = req;
+        None
+    }
 }
 
 impl<Req, Res, F> OnReject<Req, Res> for F
@@ -98,6 +143,11 @@ where
     fn on_reject(&mut self, _req: &Request<B>, _key: RejectedKey<'_>) -> Response<ResBody> {
         plain_text(StatusCode::NOT_FOUND)
     }
+
+    #[inline]
+    fn on_ambiguous_key(&mut self, _req: &Request<B>) -> Option<Response<ResBody>> {
+        Some(plain_text(StatusCode::BAD_REQUEST))
+    }
 }
 
 impl<B, ResBody> OnReject<Request<B>, Response<ResBody>> for StatusCode
@@ -107,6 +157,12 @@ where
     #[inline]
     fn on_reject(&mut self, _req: &Request<B>, _key: RejectedKey<'_>) -> Response<ResBody> {
         plain_text(*self)
+    }
+
+    /// `400 Bad Request`, whatever the status for an absent key.
+    #[inline]
+    fn on_ambiguous_key(&mut self, _req: &Request<B>) -> Option<Response<ResBody>> {
+        Some(plain_text(StatusCode::BAD_REQUEST))
     }
 }
 
@@ -166,7 +222,20 @@ where
 {
     #[inline]
     fn on_reject(&mut self, req: &Request<B>, key: RejectedKey<'_>) -> Response<ResBody> {
-        let mut response = self.inner.on_reject(req, key);
+        let response = self.inner.on_reject(req, key);
+        self.mark(response)
+    }
+
+    /// The inner policy's answer, marked: it is the guard's own.
+    #[inline]
+    fn on_ambiguous_key(&mut self, req: &Request<B>) -> Option<Response<ResBody>> {
+        let response = self.inner.on_ambiguous_key(req)?;
+        Some(self.mark(response))
+    }
+}
+
+impl<R> RejectionHeader<R> {
+    fn mark<ResBody>(&self, mut response: Response<ResBody>) -> Response<ResBody> {
         // `insert`: one value even if the inner policy already set this header.
         response
             .headers_mut()
@@ -256,5 +325,30 @@ mod tests {
         assert_eq!(res.unwrap().status(), StatusCode::BAD_REQUEST);
         let res: Option<Response<String>> = PassThrough.on_missing_key(&req);
         assert!(res.is_none());
+    }
+
+    #[test]
+    fn an_ambiguous_key_is_a_bad_request_for_the_status_policies_and_none_for_closures() {
+        let req = Request::new(());
+        for mut policy in [StatusCode::GONE, StatusCode::NOT_FOUND] {
+            let res: Option<Response<String>> = policy.on_ambiguous_key(&req);
+            assert_eq!(res.unwrap().status(), StatusCode::BAD_REQUEST);
+        }
+        let res: Option<Response<String>> = NotFound.on_ambiguous_key(&req);
+        assert_eq!(res.unwrap().body(), "Bad Request");
+        let mut closure = |_key: RejectedKey<'_>| Response::new(String::new());
+        let res: Option<Response<String>> = closure.on_ambiguous_key(&req);
+        assert!(res.is_none());
+        let mut marked = RejectionHeader::new(NotFound, REJECTION_HEADER);
+        let res: Option<Response<String>> = marked.on_ambiguous_key(&req);
+        let res = res.unwrap();
+        assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(res.headers()[REJECTION_HEADER], "rejected");
+        assert!(RejectedKey::ambiguous().is_ambiguous());
+        assert!(!RejectedKey::new(b"k").is_ambiguous());
+        assert_eq!(
+            format!("{:?}", RejectedKey::ambiguous()),
+            "RejectedKey(<ambiguous>)"
+        );
     }
 }

@@ -1,5 +1,6 @@
 //! The WARN a guard logs when it protects nothing: it rejects everyone (an empty filter, keys
-//! of another form than the inserted ones), or its extractor finds no key in most requests.
+//! of another form than the inserted ones), or its extractor finds no key in most requests;
+//! and the one it logs when its policies have no answer of their own for an ambiguous key.
 //!
 //! Rule: a guard that answers every request the same way for a reason in its configuration
 //! says so at WARN within its first [`SUSPICIOUS_REJECTIONS`] requests, not only at DEBUG.
@@ -44,9 +45,32 @@ pub(crate) struct Diagnosis {
     window_missing: AtomicU64,
     /// Set by the "no key" warning, cleared by a window with few keys missing.
     missing_warned: AtomicBool,
+    /// Set by the first ambiguous key neither policy had an answer for.
+    ambiguous_warned: AtomicBool,
 }
 
 impl Diagnosis {
+    /// After an ambiguous key that neither the rejection policy (a closure, or an `OnReject`
+    /// without `on_ambiguous_key`) nor the missing-key policy (one that passes) answered, so
+    /// the rejection policy's answer for an absent key went out: warns once, naming the fix.
+    /// Test: `tests/ambiguous_keys.rs`
+    /// `a_closure_rejection_on_a_pass_through_guard_is_told_the_key_is_ambiguous`.
+    #[cold]
+    pub(crate) fn after_unanswered_ambiguous_key(&self, guard: &str, ambiguous: u64) {
+        if !self.ambiguous_warned.swap(true, Relaxed) {
+            tracing::warn!(
+                guard = %guard,
+                ambiguous_key = ambiguous,
+                "a request whose key is ambiguous (given more than once, the values differing) \
+                 got the guard's rejection policy's answer, with a RejectedKey that is_ambiguous(): \
+                 its on_reject closure has no answer of its own for that and its missing-key \
+                 policy passes requests; answer it in the closure (a 400 when \
+                 key.is_ambiguous()), or set .on_missing_key(StatusCode::BAD_REQUEST), or use an \
+                 OnReject with on_ambiguous_key",
+            );
+        }
+    }
+
     /// After the guard's `rejected`-th rejection (`passed`: how many it let through). Cheap
     /// on the common path: it reads the filter only at the first rejection, every 1024th, and
     /// at the [`SUSPICIOUS_REJECTIONS`]th while nothing has passed.

@@ -68,6 +68,11 @@ impl<K: ?Sized, E, R, M> BloomGuard<K, E, R, M> {
     /// `.on_reject(|_key| (StatusCode::NOT_FOUND, Json(json!({"error": "no such user"}))).into_response())`
     /// with axum, or the "not found" value of a non-HTTP service. The closure must return
     /// the inner service's response type.
+    ///
+    /// A closure has no answer of its own for an [ambiguous](crate::key::Extracted::Ambiguous)
+    /// key (a value given more than once, the values differing): the missing-key policy
+    /// answers it if it answers anything, otherwise the closure is called with a key that
+    /// [`is_ambiguous`](RejectedKey::is_ambiguous), and should then answer a bad request.
     pub fn on_reject<F, Res>(self, reject: F) -> BloomGuard<K, E, F, M>
     where
         F: FnMut(RejectedKey<'_>) -> Res,
@@ -89,9 +94,9 @@ impl<K: ?Sized, E, R, M> BloomGuard<K, E, R, M> {
 
     /// Adds `name: rejected` (e.g. [`REJECTION_HEADER`](crate::reject::REJECTION_HEADER),
     /// `x-bloom-guard`) to the guard's own rejections, so that clients and operators can tell
-    /// them from the handler's 404s. Responses of the inner service and missing-key answers
-    /// are left alone. Off by default: the header map a rejection otherwise never allocates
-    /// makes it measurably dearer.
+    /// them from the handler's 404s, and to its `400` for an ambiguous key. Responses of the
+    /// inner service and missing-key answers are left alone. Off by default: the header map
+    /// a rejection otherwise never allocates makes it measurably dearer.
     ///
     /// It wraps the rejection policy set so far: call it **after** [`on_reject`](Self::on_reject)
     /// or [`reject_with`](Self::reject_with), which replace the policy, header and all (or

@@ -9,7 +9,12 @@
 //!   [`on_reject`](BloomGuard::on_reject));
 //! * **maybe present** → the inner service is called;
 //! * **no key** → the [missing-key policy](crate::reject::OnMissingKey) decides
-//!   ([`PassThrough`](crate::reject::PassThrough) by default).
+//!   ([`PassThrough`](crate::reject::PassThrough) by default);
+//! * **an ambiguous key** (a query parameter or header given more than once, the values
+//!   differing: [`Extracted::Ambiguous`](crate::key::Extracted::Ambiguous)) → the inner service
+//!   is *not* called and no value is looked up: the guard answers `400 Bad Request`
+//!   ([`OnReject::on_ambiguous_key`](crate::reject::OnReject::on_ambiguous_key)), whatever the
+//!   missing-key policy (the full rule, for `on_reject` closures: [`crate::reject`]).
 //!
 //! On a filter shared with other instances (bloom-redis), a would-be rejection may wait for
 //! proof that the local view is current ([`Rejection::Confirm`](crate::shared_filter::Rejection::Confirm)):

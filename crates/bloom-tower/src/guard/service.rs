@@ -9,7 +9,7 @@ use tower_service::Service;
 use super::ResponseFuture;
 use super::future::Deferred;
 use super::stats::{GuardCounters, GuardStats};
-use crate::key::{AnyKey, KeyExtractor, KeyFor};
+use crate::key::{AnyKey, Extracted, KeyExtractor, KeyFor};
 use crate::reject::{NotFound, OnMissingKey, OnReject, PassThrough, RejectedKey};
 use crate::shared_filter::{Admission, SharedFilter};
 
@@ -87,16 +87,18 @@ where
             Absent(Box<[u8]>),
             Confirm(crate::shared_filter::Confirmation, Box<[u8]>),
             NoKey,
+            Ambiguous,
         }
-        let found = match self.extractor.extract(&req) {
-            Some(key) => match self.filter.admission(&key) {
+        let found = match self.extractor.extract_checked(&req) {
+            Extracted::Key(key) => match self.filter.admission(&key) {
                 Admission::Maybe => Found::Maybe,
                 Admission::Absent => Found::Absent(key.key_bytes().as_ref().into()),
                 Admission::Confirm(confirmation) => {
                     Found::Confirm(confirmation, key.key_bytes().as_ref().into())
                 }
             },
-            None => Found::NoKey,
+            Extracted::Missing => Found::NoKey,
+            Extracted::Ambiguous => Found::Ambiguous,
         };
         let reporting = &*self.reporting;
         let admission = match found {
@@ -109,6 +111,14 @@ where
                     None => ResponseFuture::called(self.inner.call(req)),
                     Some(response) => ResponseFuture::answered(response),
                 };
+            }
+            Found::Ambiguous => {
+                return ResponseFuture::answered(answer_ambiguous(
+                    reporting,
+                    &mut self.on_reject,
+                    &mut self.on_missing_key,
+                    &req,
+                ));
             }
         };
         match admission {
@@ -167,6 +177,28 @@ fn reject<K: ?Sized, Req, Res, R: OnReject<Req, Res>>(
         tracing::debug!(guard = %reporting.name, "rejected a request whose key is definitely absent");
     }
     on_reject.on_reject(req, key)
+}
+
+/// Counts, logs and answers a request whose key is ambiguous: never the inner service, never
+/// a lookup of one of its values. The rule and its order of answers: [`crate::reject`].
+fn answer_ambiguous<Req, Res, R, M>(
+    reporting: &Reporting,
+    on_reject: &mut R,
+    on_missing_key: &mut M,
+    req: &Req,
+) -> Res
+where
+    R: OnReject<Req, Res>,
+    M: OnMissingKey<Req, Res>,
+{
+    tracing::debug!(guard = %reporting.name, "answered a request whose key is ambiguous (given more than once, the values differing)");
+    let answer = on_reject
+        .on_ambiguous_key(req)
+        .or_else(|| on_missing_key.on_missing_key(req));
+    reporting
+        .counters
+        .ambiguous_key(&reporting.name, answer.is_none());
+    answer.unwrap_or_else(|| on_reject.on_reject(req, RejectedKey::ambiguous()))
 }
 
 /// A request whose rejection waits for its [`Confirmation`](crate::shared_filter::Confirmation)

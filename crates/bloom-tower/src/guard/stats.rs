@@ -20,6 +20,10 @@ pub struct GuardStats {
     pub rejected: u64,
     /// Requests with no usable key (handled by the missing-key policy).
     pub missing_key: u64,
+    /// Requests whose key was [ambiguous](crate::key::Extracted::Ambiguous) (a value given
+    /// more than once, the values differing): answered by the guard, nothing looked up. Not
+    /// in `checked` nor `missing_key`; in `stats()` only, no metric series yet.
+    pub ambiguous_key: u64,
 }
 
 /// The counters behind [`GuardStats`]: those of one guard name. They hold no configuration;
@@ -31,6 +35,7 @@ pub(crate) struct GuardCounters {
     passed: AtomicU64,
     rejected: AtomicU64,
     missing_key: AtomicU64,
+    ambiguous_key: AtomicU64,
     diagnosis: Diagnosis,
     /// Registering a series looks it up in the recorder: done once, on the first request.
     #[cfg(feature = "metrics")]
@@ -100,6 +105,18 @@ impl GuardCounters {
         self.diagnosis.after_missing_key(guard, missing, requests);
     }
 
+    /// The extractor found an ambiguous key; `unanswered`: neither policy had an answer of
+    /// its own for it, so the rejection policy's answer went out (warned about once, see
+    /// [`Diagnosis::after_unanswered_ambiguous_key`]).
+    #[inline]
+    pub(crate) fn ambiguous_key(&self, guard: &str, unanswered: bool) {
+        let ambiguous = self.ambiguous_key.fetch_add(1, Relaxed) + 1;
+        if unanswered {
+            self.diagnosis
+                .after_unanswered_ambiguous_key(guard, ambiguous);
+        }
+    }
+
     pub(crate) fn snapshot(&self) -> GuardStats {
         let passed = self.passed.load(Relaxed);
         let rejected = self.rejected.load(Relaxed);
@@ -108,6 +125,7 @@ impl GuardCounters {
             passed,
             rejected,
             missing_key: self.missing_key.load(Relaxed),
+            ambiguous_key: self.ambiguous_key.load(Relaxed),
         }
     }
 }
