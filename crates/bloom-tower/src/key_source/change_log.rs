@@ -64,6 +64,29 @@
 //! The log holds the keys of inserted rows and of rows whose key column was updated. Deletes
 //! are not logged: a Bloom filter cannot forget, and the next rebuild drops deleted keys.
 //!
+//! # The log's name
+//!
+//! The log table and its companions (`<log>_horizon`, the triggers `<log>_insert` and
+//! `<log>_update`, on PostgreSQL the index `<log>_xid` and the function and trigger
+//! `<log>_record`, and the `NOTIFY` channel `<log>`) are named after the watched table, one
+//! set per table, none shared by two tables and none longer than PostgreSQL's 63 bytes (which
+//! would cut them):
+//!
+//! * A table name with no `.` and no `__`, at most 41 bytes, neither starting nor ending with
+//!   `_`, not ending in `_horizon`, `_insert`, `_update`, `_record` or `_xid` (ASCII case
+//!   aside): `bloom_changes_<table>`.
+//! * Any other (`schema.table`, long names, those endings): `bloom_changes_<readable>__<digest>`,
+//!   where `<readable>` is the lowercased name with `.` as `_`, cut to 23 bytes, and
+//!   `<digest>` the 64-bit SipHash-2-4 of the lowercased name in 16 hex digits: 55 bytes at
+//!   most. Only these names hold `__`, so the two kinds never meet; the digest tells two
+//!   tables of the second kind apart.
+//!
+//! The digest is of the lowercased name, as the databases compare unquoted identifiers: two
+//! tables (names that differ other than in ASCII case) never share a log. Guarded by
+//! `tests/change_log_names.rs` in bloom-tower (`a.b_c`/`a_b.c`, `x`/`x_horizon`,
+//! `main.orders`/`main_orders` on SQLite and PostgreSQL; two 70-byte names equal in their
+//! first 63 bytes on PostgreSQL).
+//!
 //! Tests: `tests/change_log.rs` in bloom-tower (SQLite: out-of-order ids, a writer behind the
 //! service's back, catch-up after a restart) and the PostgreSQL and fleet tests of the
 //! workspace's `tests/follow.rs`.
@@ -72,6 +95,7 @@ use std::fmt;
 
 use ::sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
 use futures_core::Stream;
+use siphasher::sip::SipHasher24;
 
 use super::sqlx::{Query, query};
 use super::{KeySource, Watermark};
@@ -79,10 +103,10 @@ use crate::Key;
 use crate::key::KeyFor;
 
 /// A table or column name [`ChangeLog`] refused: it is put into SQL, so only plain
-/// identifiers are taken (letters, digits and `_`, not starting with a digit, at most 48
-/// bytes; a table may be `schema.table`).
+/// identifiers are taken (letters, digits and `_`, not starting with a digit, at most 63
+/// bytes, PostgreSQL's limit; a table may be `schema.table`).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{what} {name:?} is not a plain SQL identifier (letters, digits and _, at most 48 bytes)")]
+#[error("{what} {name:?} is not a plain SQL identifier (letters, digits and _, at most 63 bytes)")]
 pub struct InvalidName {
     what: &'static str,
     name: String,
@@ -141,10 +165,36 @@ impl<K, DB: Database> fmt::Debug for ChangeLog<K, DB> {
     }
 }
 
+/// PostgreSQL's identifier limit in bytes (`NAMEDATALEN - 1`): it cuts longer ones.
+const MAX_IDENTIFIER: usize = 63;
+
+/// The suffixes of the log's companions (see the module docs).
+const COMPANIONS: [&str; 5] = ["_horizon", "_insert", "_update", "_record", "_xid"];
+
+/// The log table's name for `table` (a checked name): see "The log's name" in the module
+/// docs (guarded by `tests/change_log_names.rs`).
+fn log_name(table: &str) -> String {
+    const PREFIX: &str = "bloom_changes_";
+    let lower = table.to_ascii_lowercase();
+    let keeps_its_name = !table.contains('.')
+        && !table.contains("__")
+        && !table.starts_with('_')
+        && !table.ends_with('_')
+        && PREFIX.len() + table.len() + "_horizon".len() <= MAX_IDENTIFIER
+        && !COMPANIONS.iter().any(|suffix| lower.ends_with(suffix));
+    if keeps_its_name {
+        return format!("{PREFIX}{table}");
+    }
+    // bloom_changes_ (14) + readable (23) + __ (2) + digest (16) = 55; + _horizon = 63.
+    let readable: String = lower.replace('.', "_").chars().take(23).collect();
+    let digest = SipHasher24::new_with_keys(0, 0).hash(lower.as_bytes());
+    format!("{PREFIX}{readable}__{digest:016x}")
+}
+
 fn check(what: &'static str, name: &str, dotted: bool) -> Result<(), InvalidName> {
     let plain = |part: &str| {
         !part.is_empty()
-            && part.len() <= 48
+            && part.len() <= MAX_IDENTIFIER
             && !part.starts_with(|c: char| c.is_ascii_digit())
             && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
     };
@@ -171,7 +221,7 @@ impl<K, DB: Database> ChangeLog<K, DB> {
     ) -> Result<Self, InvalidName> {
         check("the table", table, true)?;
         check("the key column", column, false)?;
-        let log = format!("bloom_changes_{}", table.replace('.', "_"));
+        let log = log_name(table);
         let select = format!("SELECT {column} FROM {table}");
         let mut log = Self {
             table: query(pool, select),
@@ -187,8 +237,8 @@ impl<K, DB: Database> ChangeLog<K, DB> {
     }
 
     /// The change log of `table`'s `column` on PostgreSQL (a `PgPool`, or an `AnyPool`
-    /// connected to PostgreSQL). The log table is `bloom_changes_<table>`; its key column has
-    /// the type of `column`.
+    /// connected to PostgreSQL). The log table is [`log_table`](Self::log_table); its key column
+    /// has the type of `column`.
     ///
     /// # Errors
     /// [`InvalidName`] if a name is not a plain identifier.
@@ -197,7 +247,7 @@ impl<K, DB: Database> ChangeLog<K, DB> {
     }
 
     /// The change log of `table`'s `column` on SQLite (a `SqlitePool`, or an `AnyPool`
-    /// connected to SQLite). The log table is `bloom_changes_<table>`.
+    /// connected to SQLite). The log table is [`log_table`](Self::log_table).
     ///
     /// # Errors
     /// [`InvalidName`] if a name is not a plain identifier.
@@ -224,8 +274,24 @@ impl<K, DB: Database> ChangeLog<K, DB> {
         Ok(self)
     }
 
-    /// The log table's name: `bloom_changes_<table>` (dots replaced by `_`). On PostgreSQL it
-    /// is also the `NOTIFY` channel the trigger signals.
+    /// The log table's name: `bloom_changes_<table>` for most tables, and with a digest of
+    /// the table's name for `schema.table`, long names and names that would meet another
+    /// table's (see "The log's name" in the [module docs](self)); never another table's, and
+    /// at most 55 bytes. On PostgreSQL it is also the `NOTIFY` channel the trigger signals.
+    ///
+    /// ```
+    /// use bloom_tower::key_source::change_log::ChangeLog;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(async {
+    /// let pool = sqlx::SqlitePool::connect("sqlite::memory:").await?;
+    /// let orders = ChangeLog::<i64, _>::sqlite(pool.clone(), "orders", "id")?;
+    /// assert_eq!(orders.log_table(), "bloom_changes_orders");
+    /// let dotted = ChangeLog::<i64, _>::sqlite(pool.clone(), "main.orders", "id")?;
+    /// assert!(dotted.log_table().starts_with("bloom_changes_main_orders__"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn log_table(&self) -> &str {
         &self.log
     }
@@ -483,7 +549,8 @@ where
 
     /// Deletes the log's rows older than `keep` (about: by the time their transaction
     /// started), and never a row positioned after one it keeps; the position below which rows
-    /// are gone is recorded in `bloom_changes_<table>_horizon`, in the same transaction. A
+    /// are gone is recorded in `<log>_horizon` ([`log_table`](Self::log_table)), in the same
+    /// transaction. A
     /// snapshot (or a stopped follower) whose watermark is older than that is still caught up,
     /// by a full read of the table: keep the log at least as long as snapshots may be old, to
     /// catch them up through it.
