@@ -175,3 +175,38 @@ async fn on_postgres_colliding_and_long_names_get_logs_of_their_own() {
         assert_eq!(found, 1, "the log of {table}: {}", log.log_table());
     }
 }
+
+/// SQLite compares table names without regard to ASCII case: a log installed as `orders` and
+/// read as `ORDERS` (another instance's spelling) is one log, and its watermark moves for
+/// both spellings.
+#[tokio::test]
+async fn on_sqlite_the_watermark_moves_whatever_the_table_is_spelled() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!(
+        "sqlite://{}?mode=rwc",
+        dir.path().join("db.sqlite").display()
+    );
+    let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+    pool.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY)")
+        .await
+        .unwrap();
+    let lower = ChangeLog::<i64, Sqlite>::sqlite(pool.clone(), "orders", "id").unwrap();
+    let upper = ChangeLog::<i64, Sqlite>::sqlite(pool.clone(), "ORDERS", "id").unwrap();
+    lower.install().await.unwrap();
+    upper.install().await.unwrap();
+    let before = upper.watermark().await.unwrap().unwrap();
+    pool.execute("INSERT INTO orders (id) VALUES (7)")
+        .await
+        .unwrap();
+    for log in [&lower, &upper] {
+        let after = log.watermark().await.unwrap().unwrap();
+        assert_ne!(
+            after,
+            before,
+            "{}: the watermark did not move",
+            log.log_table()
+        );
+        assert!(log.has_reached(&before, &after));
+        assert!(!log.has_reached(&after, &before));
+    }
+}

@@ -611,8 +611,11 @@ where
         let pool = self.table.pool();
         let mark = match self.dialect {
             Dialect::Sqlite => {
+                // Table names are compared as SQLite does, without regard to ASCII case: every
+                // spelling of the table reads one watermark
+                // (`on_sqlite_the_watermark_moves_whatever_the_table_is_spelled`).
                 let sql = format!(
-                    "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = '{}'), 0)",
+                    "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = '{}' COLLATE NOCASE), 0)",
                     self.log
                 );
                 let seq: i64 = ::sqlx::query_scalar(&sql).fetch_one(pool).await?;
