@@ -43,9 +43,8 @@ impl Follow {
         }
     }
 
-    /// Also steps whenever `wake` yields: e.g. PostgreSQL notifications
-    /// ([`ChangeLog::notifications`](crate::key_source::change_log::ChangeLog::notifications)),
-    /// so that a commit is read at once and `every` is only the safety net. Wake-ups that
+    /// Also steps whenever `wake` yields: e.g. PostgreSQL notifications (`ChangeLog::notifications`,
+    /// with the `postgres` feature), so that a commit is read at once and `every` is only the safety net. Wake-ups that
     /// arrive during a step are merged into the next one.
     pub fn wake_on(mut self, wake: impl Stream<Item = ()> + Send + 'static) -> Self {
         self.wake = Some(Box::pin(wake));
