@@ -526,6 +526,12 @@ where
         if self.dialect == Dialect::Postgres {
             let lock = format!("SELECT pg_advisory_xact_lock({})", self.lock_id());
             (&mut *tx).execute(&*lock).await?;
+            // Every start installs again: the server's notices about what exists already
+            // ("… already exists, skipping") are not sent, so they are not logged
+            // (`tests/change_log_notices.rs`). Warnings and errors still are.
+            (&mut *tx)
+                .execute("SET LOCAL client_min_messages = warning")
+                .await?;
             // The table before the log, in the order a writer takes them (its INSERT, then
             // the trigger's): the trigger's DDL needs the table in this mode, and taking the
             // log first would deadlock with a writer between its INSERT and its trigger
