@@ -691,8 +691,9 @@ impl Freshness {
     }
 
     fn judge(&self, view: &View, now: u64) -> (u64, Option<Stale>) {
-        // Joining: its first round has not come back yet.
-        let joining = view.last.is_none();
+        // Joining: its first round, or its own announcement, has not come back yet
+        // (`a_join_whose_own_announcement_is_not_back_yet_is_not_warned_about`).
+        let joining = view.last.is_none() || !view.members.contains_key(&self.me);
         let stale = |reason: String, pulling: bool| {
             Some(Stale {
                 reason,
@@ -1264,6 +1265,28 @@ mod tests {
         assert_eq!(warned(&freshness), None);
         assert!(freshness.is_fresh());
         assert_eq!(freshness.report().periods, 1);
+    }
+
+    /// Its first rounds came back before its own announcement did (a round sent before it
+    /// vouched announces nothing): still the normal course of joining.
+    #[test]
+    fn a_join_whose_own_announcement_is_not_back_yet_is_not_warned_about() {
+        let freshness = joining("dataset/run-1");
+        round(&freshness, 0, ME, 0);
+        let report = freshness.report();
+        assert!(!report.fresh);
+        let reason = report.reason.unwrap_or_default();
+        assert!(reason.contains("own announcement"), "{reason}");
+        assert_eq!(warned(&freshness), Some(false), "joining: no warning yet");
+        std::thread::sleep(STALE_AFTER + Duration::from_millis(20));
+        assert_eq!(
+            warned(&freshness),
+            Some(true),
+            "still joining after stale_after"
+        );
+        freshness.member(ME, 0, tag_of("dataset/run-1"), 1, true);
+        round(&freshness, 0, ME, 1);
+        assert_eq!(warned(&freshness), None);
     }
 
     #[test]
