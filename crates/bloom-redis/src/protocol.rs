@@ -148,6 +148,11 @@ impl Keys {
     pub(crate) fn lock(&self) -> String {
         format!("{}:lock", self.base)
     }
+    /// STRING with a TTL of the claiming instance's interval: a scheduled rebuild of the
+    /// fleet was claimed for the interval (see `RedisSync::rebuild_every`).
+    pub(crate) fn rebuild_claim(&self) -> String {
+        format!("{}:rebuild:claim", self.base)
+    }
     /// STRING counter: fencing tokens.
     pub(crate) fn fence(&self) -> String {
         format!("{}:fence", self.base)

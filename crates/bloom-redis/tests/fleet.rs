@@ -1639,3 +1639,51 @@ async fn writers_and_readers_through_every_fault() {
         "existing keys answered absent after their create returned:\n{violations:#?}"
     );
 }
+
+/// Five instances each scheduled to rebuild every 2 s: the fleet rebuilds about once per
+/// interval (the claim in `sync/rebuild.rs`), not once per instance per interval, and every
+/// instance follows each new generation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn five_instances_scheduled_to_rebuild_rebuild_once_per_interval() {
+    let Some(fleet) = Fleet::start(5, "scheduled").await else {
+        return;
+    };
+    let mut instances = Vec::new();
+    for slot in 0..5 {
+        instances.push(fleet.join(slot, |b| b).await);
+    }
+    settle(&instances.iter().collect::<Vec<_>>()).await;
+    let rows: Vec<String> = (0..1_000).map(|i| format!("row:{i}")).collect();
+    let interval = Duration::from_secs(2);
+    let started = Instant::now();
+    for instance in &instances {
+        let rows = rows.clone();
+        instance.rebuild_every(interval, key_source::from_iter(move || rows.clone()));
+    }
+    tokio::time::sleep(Duration::from_secs(13)).await;
+    let elapsed = started.elapsed();
+    let rebuilds: Vec<u64> = instances.iter().map(|i| i.stats().rebuilds).collect();
+    let total: u64 = rebuilds.iter().sum();
+    // One rebuild per claimed interval, plus the first instance's refill of the empty fleet:
+    // at most elapsed / interval + 2. Without the claim each instance rebuilds every
+    // interval plus jitter: about five times as many.
+    let most = (elapsed.as_secs_f64() / interval.as_secs_f64()).floor() as u64 + 2;
+    println!(
+        "{total} rebuilds in {elapsed:?} by 5 instances scheduled every {interval:?}: {rebuilds:?}"
+    );
+    assert!(
+        total <= most,
+        "{total} rebuilds in {elapsed:?} ({rebuilds:?}): more than one per interval ({most})"
+    );
+    assert!(total >= 3, "the fleet stopped rebuilding: {rebuilds:?}");
+    let generation = instances
+        .iter()
+        .map(|i| i.stats().generation)
+        .max()
+        .unwrap();
+    eventually("every instance follows the newest generation", || {
+        instances.iter().all(|i| i.stats().generation >= generation)
+    })
+    .await;
+    assert!(instances.iter().all(|i| has_all(i, &rows)));
+}

@@ -17,7 +17,15 @@ use crate::{Error, Rebuilt, ReconcileReport};
 
 impl Inner {
     /// See [`RedisSync::rebuild_every`](super::RedisSync::rebuild_every): a refill check
-    /// first, then a rebuild every `interval` (plus jitter), forever.
+    /// first, then a rebuild of the fleet every `interval`, forever.
+    ///
+    /// **One scheduled rebuild per fleet per interval, whatever the fleet's size.** Before a
+    /// scheduled rebuild an instance claims the interval in Redis (`SET {p}:rebuild:claim NX
+    /// PX interval`); only the instance that claims it rebuilds, and every other one sleeps
+    /// until the claim expires (plus jitter), then tries to claim the next. So the fleet
+    /// rebuilds about once per interval, by whichever instance's timer fires first
+    /// (`tests/fleet.rs` `five_instances_scheduled_to_rebuild_rebuild_once_per_interval`).
+    /// If Redis does not answer, the instance waits an interval and tries again.
     pub(super) async fn rebuild_every<S: KeySource>(
         self: Arc<Self>,
         interval: Duration,
@@ -26,21 +34,62 @@ impl Inner {
         if let Err(error) = self.refill_if_lost(&source).await {
             tracing::warn!(prefix = %self.prefix, %error, "could not check the shared filter against the source");
         }
+        let mut wait = interval;
         loop {
-            // Jitter so that instances started together do not all race for the lock.
+            // Jitter so that instances whose waits end together do not all race for the claim.
             let jitter = Duration::from_millis(random_id() % 1000);
-            tokio::time::sleep(interval + jitter).await;
-            match self.rebuild(&source, false).await {
-                Ok(outcome) => {
-                    tracing::debug!(prefix = %self.prefix, ?outcome, "scheduled rebuild")
+            tokio::time::sleep(wait + jitter).await;
+            wait = match self.claim_rebuild(interval).await {
+                Ok(Claim::Ours) => {
+                    match self.rebuild(&source, false).await {
+                        Ok(outcome) => {
+                            tracing::debug!(prefix = %self.prefix, ?outcome, "scheduled rebuild")
+                        }
+                        Err(error) => tracing::warn!(
+                            prefix = %self.prefix,
+                            %error,
+                            "scheduled rebuild failed; the previous generation keeps serving"
+                        ),
+                    }
+                    interval
                 }
-                Err(error) => tracing::warn!(
-                    prefix = %self.prefix,
-                    %error,
-                    "scheduled rebuild failed; the previous generation keeps serving"
-                ),
-            }
+                Ok(Claim::Taken { expires_in }) => expires_in.min(interval),
+                Err(error) => {
+                    tracing::debug!(prefix = %self.prefix, %error, "could not claim the scheduled rebuild; trying again in an interval");
+                    interval
+                }
+            };
         }
+    }
+
+    /// Claims the fleet's scheduled rebuild for `interval` (see [`rebuild_every`](Self::rebuild_every)).
+    async fn claim_rebuild(&self, interval: Duration) -> Result<Claim, Error> {
+        let mut conn = self.conn.clone();
+        let ms = u64::try_from(interval.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let claimed: Option<String> = redis::cmd("SET")
+            .arg(self.keys.rebuild_claim())
+            .arg(format!("{:016x}", self.id))
+            .arg("NX")
+            .arg("PX")
+            .arg(ms)
+            .query_async(&mut conn)
+            .await?;
+        if claimed.is_some() {
+            return Ok(Claim::Ours);
+        }
+        let left: i64 = redis::cmd("PTTL")
+            .arg(self.keys.rebuild_claim())
+            .query_async(&mut conn)
+            .await?;
+        // -2: expired since; -1: no expiry (set by hand): try again in an interval.
+        let expires_in = match u64::try_from(left) {
+            Ok(left) => Duration::from_millis(left),
+            Err(_) if left == -2 => Duration::ZERO,
+            Err(_) => interval,
+        };
+        Ok(Claim::Taken { expires_in })
     }
 
     pub(super) async fn rebuild<S: KeySource + ?Sized>(
@@ -292,4 +341,13 @@ impl Inner {
             min_fraction,
         })
     }
+}
+
+/// Whether this instance claimed the fleet's scheduled rebuild for the interval.
+enum Claim {
+    Ours,
+    /// Another instance did: its claim expires in `expires_in`.
+    Taken {
+        expires_in: Duration,
+    },
 }
