@@ -6,12 +6,52 @@
 //! file in the same directory (created `0600` under an unpredictable name by `tempfile`, since
 //! the file holds the secret hash key), fsyncs it, renames it over the target (atomic on
 //! POSIX), then fsyncs the directory so the rename itself survives a crash.
+//!
+//! # When a periodic snapshot is skipped
+//!
+//! [`save_every`](SharedFilter::save_every) rewrites the file only when it may hold less than
+//! the filter does. Before each write it takes the filter's *version*, read without touching
+//! the bits: which generation serves (a rebuild, an external or bloom-redis switch, an
+//! auto-grow swap in another), the insert and remove counts ([`SharedFilter::insert`],
+//! [`insert_after_commit`](SharedFilter::insert_after_commit), a follower's keys, a refused
+//! cuckoo insert; [`SharedFilter::remove`]), the serving plain filter's
+//! [`merge_count`](bloom_core::BloomFilter::merge_count) (bits OR-ed in through
+//! [`current`](SharedFilter::current) by bloom-redis's `union_words`, or by
+//! [`merge_snapshot`](SharedFilter::merge_snapshot)), and the watermark the label records
+//! (moved by catch-ups and follow steps). A tick is skipped, and logged at `debug` with the
+//! running count of skips, only when all of these hold:
+//!
+//! * this task wrote the file before (the first tick after start always writes: no file, or
+//!   one of unknown age);
+//! * the file is still the one it wrote (same device, inode, length and modification time: a
+//!   file replaced or removed since, by a rebuild's save, [`save_snapshot`](SharedFilter::save_snapshot)
+//!   or anyone else, is written again);
+//! * the version is the one taken before that write;
+//! * that write was *settled*: the merge count had not moved since the write before it (or is
+//!   0). Bits merged straight into the filter are counted by a relaxed counter that orders
+//!   nothing, so a write that saw a new merge count may have missed some of its bits; the next
+//!   tick writes once more, a whole interval later.
+//!
+//! Why a skip loses no key: the version is read *before* the bits, and the write then takes
+//! and releases the `building` write lock, which every insert holds (read side) across its
+//! writes and releases before it counts itself. An insert counted in the version therefore
+//! finished its writes before the bits are read; one not counted moves the version, and the
+//! next tick writes. The watermark is read under its mutex, which a follower takes after
+//! inserting the keys it covers. Removals only ever make the file hold more than the filter (a
+//! false positive after a restart, never a miss). Mutations made directly on the filter
+//! [`current`](SharedFilter::current) returns other than `union`/`union_words` (say
+//! `insert` or `clear` on the bare filter) are not seen: go through [`SharedFilter`].
+//!
+//! Guarded by `tests/snapshot.rs`: `an_unchanged_filter_is_not_rewritten_by_save_every` (no
+//! rewrite, the skip count moves) and `every_change_is_written_by_the_next_periodic_snapshot`
+//! (an insert, bits merged in, a follow step with a key and one moving only the watermark, a
+//! removal: each rewritten within an interval and warm-started from).
 
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, SystemTime};
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -21,6 +61,7 @@ use tokio::sync::Notify;
 use super::rebuild::{BackgroundTask, Chain};
 use super::{Generation, SharedFilter, SharedFilterBuilder};
 use crate::key::AnyKey;
+use crate::key_source::Watermark;
 
 /// Why a snapshot could not be saved or loaded.
 #[derive(Debug, thiserror::Error)]
@@ -158,12 +199,26 @@ impl<K: ?Sized> SharedFilter<K> {
     /// source watermark it is complete up to. The file holds the secret hash key: it is
     /// created readable by its owner only.
     pub async fn save(&self, path: impl AsRef<Path>) -> Result<(), SnapshotError> {
-        let path = path.as_ref().to_owned();
         let current = self.shared.current.load_full();
-        let mut label = SnapshotLabel::new(self.name());
         // Even a verifying filter's watermark is true of it (the one of the snapshot it was
         // loaded from: it has only gained keys since), so the next start can catch it up.
-        label.watermark = current.watermark().map(|w| w.as_bytes().to_vec());
+        let watermark = current.watermark();
+        self.write_generation(path.as_ref(), current, watermark)
+            .await
+            .map(drop)
+    }
+
+    /// Writes `current` labelled with `watermark` to `path` atomically; the written file's
+    /// identity.
+    async fn write_generation(
+        &self,
+        path: &Path,
+        current: Arc<Generation>,
+        watermark: Option<Watermark>,
+    ) -> Result<FileId, SnapshotError> {
+        let path = path.to_owned();
+        let mut label = SnapshotLabel::new(self.name());
+        label.watermark = watermark.map(|w| w.as_bytes().to_vec());
         let target = path.clone();
         let result =
             tokio::task::spawn_blocking(move || write_atomically(&target, &label, &current))
@@ -280,8 +335,12 @@ impl<K: ?Sized> SharedFilter<K> {
 
     /// Saves the snapshot (to the path set with [`SharedFilterBuilder::snapshot`]) every
     /// `interval`, in a Tokio task, so that a crash loses at most `interval` of inserts to
-    /// the snapshot (a restart catches them up from the source anyway, if it can). Failures
-    /// are logged at `warn`. Stops like [`rebuild_every`](Self::rebuild_every)'s task.
+    /// the snapshot (a restart catches them up from the source anyway, if it can). A tick at
+    /// which the file this task last wrote still holds everything the filter does (no insert,
+    /// merge, removal, swap or watermark move since) writes nothing and is logged at `debug`
+    /// (the rule: the module docs of `shared_filter/snapshot.rs`). Failures are logged at
+    /// `warn`. Stops like
+    /// [`rebuild_every`](Self::rebuild_every)'s task.
     ///
     /// # Panics
     ///
@@ -292,6 +351,7 @@ impl<K: ?Sized> SharedFilter<K> {
         let stop = Arc::new(Notify::new());
         let stopped = Arc::clone(&stop);
         let task = tokio::spawn(async move {
+            let mut schedule = Schedule::default();
             loop {
                 tokio::select! {
                     () = stopped.notified() => return,
@@ -302,11 +362,81 @@ impl<K: ?Sized> SharedFilter<K> {
                     return;
                 };
                 SharedFilter::<AnyKey>::from_shared(shared)
-                    .save_logged()
+                    .save_if_changed(&mut schedule)
                     .await;
             }
         });
         BackgroundTask::new(stop, task)
+    }
+
+    /// One tick of [`save_every`](Self::save_every): saves to the configured path, if any,
+    /// unless the file `schedule` last wrote still holds everything the filter does (the
+    /// rule is in the module docs); logs the outcome.
+    async fn save_if_changed(&self, schedule: &mut Schedule) {
+        let Some(path) = self.shared.snapshot.as_deref() else {
+            return;
+        };
+        let current = self.shared.current.load_full();
+        // Before the bits are read (see the module docs).
+        let version = self.version(&current);
+        let unchanged = schedule.last.as_ref().is_some_and(|last| {
+            last.settled && last.version.same_as(&version) && file_id(path) == Some(last.file)
+        });
+        if unchanged {
+            schedule.skipped += 1;
+            tracing::debug!(
+                filter = %self.name(),
+                skipped = schedule.skipped,
+                "the filter snapshot is unchanged since the last one written; not rewritten",
+            );
+            return;
+        }
+        // Every insert counted in `version` released its read lock before counting itself:
+        // taking the write side once makes its writes visible to the bits read next.
+        drop(self.shared.write_building());
+        let watermark = version.watermark.clone();
+        match self.write_generation(path, current, watermark).await {
+            Ok(file) => {
+                let settled = version.merges == 0
+                    || schedule.last.as_ref().is_some_and(|last| {
+                        last.version.same_generation(&version)
+                            && last.version.merges == version.merges
+                    });
+                schedule.last = Some(Written {
+                    version,
+                    file,
+                    settled,
+                });
+                tracing::debug!(filter = %self.name(), "saved the filter snapshot");
+            }
+            Err(error) => {
+                schedule.last = None;
+                tracing::warn!(
+                    filter = %self.name(),
+                    error = %Chain(&error),
+                    "could not save the filter snapshot; the previous one stays",
+                );
+            }
+        }
+    }
+
+    /// What `current`'s snapshot would hold, as far as counters tell (no scan of the bits).
+    fn version(&self, current: &Arc<Generation>) -> Version {
+        // The counters' own loads, without `stats()`'s recount of merged bits.
+        let counts = self
+            .shared
+            .counters
+            .snapshot(self.name(), current, None, false);
+        Version {
+            generation: Arc::downgrade(current),
+            inserts: counts.inserts,
+            removes: counts.removes,
+            merges: current
+                .filter
+                .as_plain()
+                .map_or(0, bloom_core::BloomFilter::merge_count),
+            watermark: current.watermark(),
+        }
     }
 
     /// Saves to the configured path, if any, logging the outcome (after rebuilds, on a
@@ -371,7 +501,91 @@ pub(super) async fn read(path: &Path) -> Result<Snapshot, SnapshotError> {
     }
 }
 
-fn write_atomically(path: &Path, label: &SnapshotLabel, generation: &Generation) -> io::Result<()> {
+/// What [`SharedFilter::save_every`]'s task remembers between ticks.
+#[derive(Default)]
+struct Schedule {
+    /// The last snapshot it wrote; `None` before the first and after a failed one.
+    last: Option<Written>,
+    /// Ticks skipped so far (logged with each skip).
+    skipped: u64,
+}
+
+/// A snapshot [`SharedFilter::save_every`] wrote.
+struct Written {
+    /// The filter's version, taken before its bits were read.
+    version: Version,
+    /// The file it left.
+    file: FileId,
+    /// Whether a tick that finds the same version may skip (see the module docs).
+    settled: bool,
+}
+
+/// What a snapshot of the filter holds, as far as cheap counters tell.
+struct Version {
+    /// The serving generation (weak: a swapped-out filter's bits are freed, and its address is
+    /// not reused while this is held).
+    generation: Weak<Generation>,
+    inserts: u64,
+    removes: u64,
+    /// The serving plain filter's merge count; 0 for the kinds that cannot merge.
+    merges: u64,
+    watermark: Option<Watermark>,
+}
+
+impl Version {
+    fn same_generation(&self, other: &Self) -> bool {
+        Weak::ptr_eq(&self.generation, &other.generation)
+    }
+
+    fn same_as(&self, other: &Self) -> bool {
+        self.same_generation(other)
+            && self.inserts == other.inserts
+            && self.removes == other.removes
+            && self.merges == other.merges
+            && self.watermark == other.watermark
+    }
+}
+
+/// A file as `stat` sees it: a rename over it, a rewrite or a removal changes this.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FileId {
+    len: u64,
+    modified: Option<SystemTime>,
+    #[cfg(unix)]
+    dev: u64,
+    #[cfg(unix)]
+    ino: u64,
+}
+
+impl FileId {
+    fn of(metadata: &std::fs::Metadata) -> Self {
+        #[cfg(unix)]
+        use std::os::unix::fs::MetadataExt;
+        Self {
+            len: metadata.len(),
+            modified: metadata.modified().ok(),
+            #[cfg(unix)]
+            dev: metadata.dev(),
+            #[cfg(unix)]
+            ino: metadata.ino(),
+        }
+    }
+}
+
+/// The identity of the file at `path`, if there is one (one `stat`).
+fn file_id(path: &Path) -> Option<FileId> {
+    std::fs::metadata(path)
+        .ok()
+        .map(|metadata| FileId::of(&metadata))
+}
+
+/// Writes the snapshot; the identity of the file it left (taken before the rename, which
+/// keeps it: a file renamed over it afterwards has another).
+fn write_atomically(
+    path: &Path,
+    label: &SnapshotLabel,
+    generation: &Generation,
+) -> io::Result<FileId> {
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
@@ -393,8 +607,10 @@ fn write_atomically(path: &Path, label: &SnapshotLabel, generation: &Generation)
     out.flush()?;
     let temp = out.into_inner().map_err(io::IntoInnerError::into_error)?;
     temp.as_file().sync_all()?;
+    let file = FileId::of(&temp.as_file().metadata()?);
     temp.persist(path).map_err(|error| error.error)?;
-    sync_dir(dir)
+    sync_dir(dir)?;
+    Ok(file)
 }
 
 /// Makes a rename in `dir` durable (fsyncs the directory); also `FilterSet`'s
