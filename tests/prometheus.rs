@@ -259,6 +259,11 @@ async fn user_service_metrics_pass_promtool_check_metrics() {
             "bloom_redis_instances",
             "bloom_redis_reconciles_total",
             "bloom_redis_reconcile_bytes_total",
+            // The service follows its users' change log through the fleet: its own mark
+            // rounds read the follower's lag.
+            "bloom_redis_follow_lag_seconds",
+            "bloom_redis_follow_bound_seconds",
+            "bloom_redis_follower",
         ]);
         histograms.push("bloom_redis_publish_latency_seconds");
     }
@@ -339,7 +344,7 @@ fn alert_rules_pass_promtool_check_and_unit_tests() {
     );
     assert!(checked.status.success(), "{}", describe(&checked));
     assert!(
-        String::from_utf8_lossy(&checked.stdout).contains("SUCCESS: 5 rules found"),
+        String::from_utf8_lossy(&checked.stdout).contains("SUCCESS: 7 rules found"),
         "{}",
         describe(&checked)
     );
@@ -519,8 +524,468 @@ fn rule_tests(rules: &Path) -> String {
         check("10m", "BloomFilterRebuildFailing", &[]),
     ];
     format!(
-        "rule_files:\n  - {}\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n{inputs}    alert_rule_test:\n{}",
+        "rule_files:\n  - {}\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n{inputs}    alert_rule_test:\n{}{}",
         rules.display(),
+        checks.concat(),
+        follower_rule_tests(&series, &check)
+    )
+}
+
+/// The second scenario (its own series, so the first's fleets do not fire these): the
+/// follower's lag and a fleet held stale.
+fn follower_rule_tests(
+    series: &dyn Fn(&str, &str) -> String,
+    check: &dyn Fn(&str, &str, &[String]) -> String,
+) -> String {
+    let mut inputs = String::new();
+    // Fleet "orders": its follower stops at minute 20 (the lag, read by both instances, grows
+    // a minute a minute; the bound is 1.25 s); x and y are stale from then on.
+    for instance in ["x", "y"] {
+        inputs += &series(
+            &format!(
+                r#"bloom_redis_follow_lag_seconds{{prefix="orders",instance="{instance}",job="svc"}}"#
+            ),
+            "0.3x20 60+60x100",
+        );
+        inputs += &series(
+            &format!(
+                r#"bloom_redis_follow_bound_seconds{{prefix="orders",instance="{instance}",job="svc"}}"#
+            ),
+            "1.25x120",
+        );
+        inputs += &series(
+            &format!(r#"bloom_redis_stale{{prefix="orders",instance="{instance}",job="svc"}}"#),
+            "0x20 1x100",
+        );
+    }
+    // Fleet "users": a one-minute hand-over at minute 30 (a lag past the bound, stale on
+    // both), and z stale from minute 20 while w stays fresh: no alert.
+    for instance in ["z", "w"] {
+        inputs += &series(
+            &format!(
+                r#"bloom_redis_follow_lag_seconds{{prefix="users",instance="{instance}",job="svc"}}"#
+            ),
+            "0.3x30 4 0.3x89",
+        );
+        inputs += &series(
+            &format!(
+                r#"bloom_redis_follow_bound_seconds{{prefix="users",instance="{instance}",job="svc"}}"#
+            ),
+            "1.25x120",
+        );
+    }
+    inputs += &series(
+        r#"bloom_redis_stale{prefix="users",instance="z",job="svc"}"#,
+        "0x20 1x100",
+    );
+    inputs += &series(
+        r#"bloom_redis_stale{prefix="users",instance="w",job="svc"}"#,
+        "0x30 1 0x89",
+    );
+    // Fleet "carts": the holder's record expired at minute 40 (the bound reads 0 from then
+    // on); the lag it last had goes on growing.
+    inputs += &series(
+        r#"bloom_redis_follow_lag_seconds{prefix="carts",instance="v",job="svc"}"#,
+        "0.3x35 60+60x85",
+    );
+    inputs += &series(
+        r#"bloom_redis_follow_bound_seconds{prefix="carts",instance="v",job="svc"}"#,
+        "1.25x40 0x80",
+    );
+    let alert = |severity: &str, prefix: &str, summary: String| {
+        format!(
+            "          - exp_labels: {{severity: {severity}, job: svc, prefix: {prefix}}}\n            exp_annotations:\n              summary: \"{summary}\"\n"
+        )
+    };
+    let lagging = |prefix: &str| {
+        alert(
+            "warning",
+            prefix,
+            format!(
+                "The follower of Bloom filter fleet {prefix} is behind the source by more than the follow bound"
+            ),
+        )
+    };
+    let held = |prefix: &str| {
+        alert(
+            "critical",
+            prefix,
+            format!("Every instance of Bloom filter fleet {prefix} has been stale for 10 minutes"),
+        )
+    };
+    let checks = [
+        check(
+            "60m",
+            "BloomFollowerLagging",
+            &[lagging("orders"), lagging("carts")],
+        ),
+        // Not before its 2 minutes: the lag passed the bound at minute 20.
+        check("21m", "BloomFollowerLagging", &[]),
+        check("60m", "BloomFleetHeldStale", &[held("orders")]),
+        // Not before its 10 minutes.
+        check("29m", "BloomFleetHeldStale", &[]),
+    ];
+    format!(
+        "  - interval: 1m\n    input_series:\n{inputs}    alert_rule_test:\n{}",
         checks.concat()
     )
+}
+
+/// Every `pub const NAME: &str = "…";` value in `source` that names a series (`bloom_…`,
+/// `user_service_…`): the names the workspace's metric-name constants declare.
+fn declared_series(source: &str) -> Vec<String> {
+    source
+        .split("pub const ")
+        .skip(1)
+        .filter_map(|decl| {
+            let (head, rest) = decl.split_once('=')?;
+            if !head.contains("&str") {
+                return None;
+            }
+            let name = rest.trim_start().strip_prefix('"')?.split('"').next()?;
+            (name.starts_with("bloom_") || name.starts_with("user_service_"))
+                .then(|| name.to_owned())
+        })
+        .collect()
+}
+
+/// Every series name the workspace exports: bloom-tower's and bloom-redis's `names`, and the
+/// user_service example's own (what its `/metrics`, scraped above, serves).
+fn exported_series() -> Vec<String> {
+    let mut names = Vec::new();
+    for source in [
+        include_str!("../crates/bloom-tower/src/stats.rs"),
+        include_str!("../crates/bloom-redis/src/lib.rs"),
+        include_str!("../examples/user_service/metrics.rs"),
+        include_str!("../examples/db.rs"),
+    ] {
+        names.extend(declared_series(source));
+    }
+    names
+}
+
+/// Whether `name` is a series the workspace exports (a histogram's `_bucket`, `_sum` and
+/// `_count` included).
+fn is_exported(exported: &[String], name: &str) -> bool {
+    exported.iter().any(|series| {
+        name == series
+            || (series.ends_with("_seconds")
+                && ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .any(|suffix| name.strip_suffix(suffix) == Some(series.as_str())))
+    })
+}
+
+/// The series names a PromQL expression selects: its identifiers, less functions (followed
+/// by `(`), aggregations and other keywords, the label lists of `by`, `without`, `on`,
+/// `ignoring`, `group_left` and `group_right`, label matchers (`{…}`), ranges (`[…]`), strings
+/// and numbers.
+fn selected_series(expr: &str) -> Vec<String> {
+    // Operators, modifiers, and the aggregations (which may be followed by `by (…)`
+    // before their `(`).
+    const KEYWORDS: &[&str] = &[
+        "and",
+        "or",
+        "unless",
+        "bool",
+        "offset",
+        "inf",
+        "nan",
+        "sum",
+        "min",
+        "max",
+        "avg",
+        "group",
+        "stddev",
+        "stdvar",
+        "count",
+        "count_values",
+        "bottomk",
+        "topk",
+        "quantile",
+        "limitk",
+        "limit_ratio",
+    ];
+    const LABEL_LISTS: &[&str] = &[
+        "by",
+        "without",
+        "on",
+        "ignoring",
+        "group_left",
+        "group_right",
+    ];
+    let chars: Vec<char> = expr.chars().collect();
+    let mut names = Vec::new();
+    let mut i = 0;
+    let skip_to = |from: usize, close: char| {
+        let mut j = from;
+        let mut quote = None;
+        while j < chars.len() {
+            match (quote, chars[j]) {
+                (Some(q), '\\') if q != '`' => j += 1,
+                (Some(q), c) if c == q => quote = None,
+                (None, '"' | '\'' | '`') => quote = Some(chars[j]),
+                (None, c) if c == close => return j + 1,
+                _ => {}
+            }
+            j += 1;
+        }
+        j
+    };
+    while i < chars.len() {
+        let c = chars[i];
+        if c == '"' || c == '\'' || c == '`' {
+            // A string: skip it whole.
+            i = skip_to(i, c) - 1;
+            i = skip_to(i + 1, c);
+        } else if c == '{' {
+            i = skip_to(i + 1, '}');
+        } else if c == '[' {
+            i = skip_to(i + 1, ']');
+        } else if c.is_ascii_digit() || c == '.' {
+            while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '.') {
+                i += 1;
+            }
+        } else if c.is_ascii_alphabetic() || c == '_' || c == ':' {
+            let start = i;
+            while i < chars.len()
+                && (chars[i].is_ascii_alphanumeric() || chars[i] == '_' || chars[i] == ':')
+            {
+                i += 1;
+            }
+            let word: String = chars[start..i].iter().collect();
+            let mut next = i;
+            while next < chars.len() && chars[next].is_whitespace() {
+                next += 1;
+            }
+            let called = next < chars.len() && chars[next] == '(';
+            if LABEL_LISTS.contains(&word.as_str()) {
+                if called {
+                    i = skip_to(next + 1, ')');
+                }
+            } else if !called && !KEYWORDS.contains(&word.to_ascii_lowercase().as_str()) {
+                names.push(word);
+            }
+        } else {
+            i += 1;
+        }
+    }
+    names
+}
+
+/// Replaces Grafana's variables with what Prometheus can parse: the interval ones with a
+/// duration, the dashboard's own (in label matchers) with a regex for all.
+fn without_variables(expr: &str) -> String {
+    let mut expr = expr.to_owned();
+    for (variable, value) in [
+        ("$__rate_interval", "5m"),
+        ("$__interval", "1m"),
+        ("$__range", "1h"),
+    ] {
+        expr = expr.replace(variable, value);
+    }
+    for variable in ["guard", "filter", "cache", "prefix"] {
+        expr = expr
+            .replace(&format!("${{{variable}}}"), ".*")
+            .replace(&format!("${variable}"), ".*");
+    }
+    assert!(
+        !expr.contains('$'),
+        "a variable the test does not know: {expr}"
+    );
+    expr
+}
+
+/// The dashboard's panels (rows' nested panels included), each with its targets' `expr`s.
+fn dashboard_exprs(dashboard: &serde_json::Value) -> Vec<(String, String, String)> {
+    fn walk(panels: &serde_json::Value, out: &mut Vec<(String, String, String)>) {
+        for panel in panels.as_array().into_iter().flatten() {
+            let title = panel["title"].as_str().unwrap_or("").to_owned();
+            for target in panel["targets"].as_array().into_iter().flatten() {
+                let expr = target["expr"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("panel {title:?}: a target without an expr"));
+                let ref_id = target["refId"].as_str().unwrap_or("?").to_owned();
+                out.push((title.clone(), ref_id, expr.to_owned()));
+            }
+            if panel["type"] != "row" {
+                assert!(
+                    panel["targets"].as_array().is_some_and(|t| !t.is_empty()),
+                    "panel {title:?} has no query"
+                );
+            }
+            walk(&panel["panels"], out);
+        }
+    }
+    let mut out = Vec::new();
+    walk(&dashboard["panels"], &mut out);
+    out
+}
+
+/// The Grafana dashboard (`docs/grafana-dashboard.json`): every panel's expression passes
+/// `promtool check rules` (written as a recording rule) and selects only series the workspace
+/// exports (so a renamed metric or a typo fails here, not on an operator's empty graph), so do
+/// the variables' `label_values` queries; and `promtool test rules` computes what a few panels
+/// promise from sample series.
+#[test]
+fn dashboard_queries_pass_promtool_and_name_exported_series() {
+    let test = "dashboard_queries_pass_promtool_and_name_exported_series";
+    let path = process::workspace_root().join("docs/grafana-dashboard.json");
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+    )
+    .unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()));
+    let exprs = dashboard_exprs(&dashboard);
+    assert!(exprs.len() >= 20, "only {} expressions", exprs.len());
+
+    // Every series named is one the workspace exports.
+    let exported = exported_series();
+    assert!(exported.len() >= 40, "parsed {} names", exported.len());
+    let mut unknown = Vec::new();
+    for (title, ref_id, expr) in &exprs {
+        let selected = selected_series(expr);
+        assert!(
+            !selected.is_empty(),
+            "panel {title:?} {ref_id}: no series in {expr}"
+        );
+        for name in selected {
+            if !is_exported(&exported, &name) {
+                unknown.push(format!("panel {title:?} {ref_id}: {name}"));
+            }
+        }
+    }
+    for variable in dashboard["templating"]["list"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        if let Some(query) = variable["definition"].as_str() {
+            let metric = query
+                .strip_prefix("label_values(")
+                .and_then(|rest| rest.split(',').next())
+                .unwrap_or_else(|| panic!("variable query {query:?}"));
+            if !is_exported(&exported, metric.trim()) {
+                unknown.push(format!("variable {}: {metric}", variable["name"]));
+            }
+        }
+    }
+    assert!(
+        unknown.is_empty(),
+        "{} series the workspace does not export:\n{}",
+        unknown.len(),
+        unknown.join("\n")
+    );
+
+    let Some(promtool_bin) = promtool_or_skip(test) else {
+        return;
+    };
+    // Every expression, as a recording rule: promtool parses each.
+    let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
+    for (index, (_, _, expr)) in exprs.iter().enumerate() {
+        rules += &format!(
+            "      - record: dashboard:expr_{index}\n        expr: {}\n",
+            serde_json::to_string(&without_variables(expr)).unwrap()
+        );
+    }
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let rules_file = dir.path().join("dashboard.rules.yml");
+    std::fs::write(&rules_file, &rules).expect("writing the rules");
+    let checked = promtool(
+        promtool_bin,
+        &["check", "rules", rules_file.to_str().unwrap()],
+        "",
+    );
+    assert!(
+        checked.status.success()
+            && String::from_utf8_lossy(&checked.stdout)
+                .contains(&format!("SUCCESS: {} rules found", exprs.len())),
+        "promtool check rules on the dashboard's expressions: {}\n---- the rules ----\n{rules}",
+        describe(&checked)
+    );
+
+    // A few panels, computed from sample series.
+    let expr_of = |title: &str, ref_id: &str| {
+        exprs
+            .iter()
+            .find(|(t, r, _)| t == title && r == ref_id)
+            .map(|(_, _, expr)| without_variables(expr))
+            .unwrap_or_else(|| panic!("no panel {title:?} with a query {ref_id}"))
+    };
+    let series = |name: &str, values: &str| {
+        format!("      - series: '{name}'\n        values: '{values}'\n")
+    };
+    let mut inputs = String::new();
+    // A cache: per second 3 hits, 1 negative hit, 1 load: 80% answered from the cache (rates
+    // that are whole numbers, so the ratio is exact).
+    for (name, step) in [
+        ("bloom_cache_hits_total", 180),
+        ("bloom_cache_negative_hits_total", 60),
+        ("bloom_cache_loads_total", 60),
+    ] {
+        inputs += &series(
+            &format!(r#"{name}{{cache="users",instance="a",job="svc"}}"#),
+            &format!("0+{step}x20"),
+        );
+    }
+    // A guard: 1 of 2 checked requests a second rejected.
+    inputs += &series(
+        r#"bloom_guard_checked_total{guard="users",instance="a",job="svc"}"#,
+        "0+120x20",
+    );
+    inputs += &series(
+        r#"bloom_guard_rejected_total{guard="users",instance="a",job="svc"}"#,
+        "0+60x20",
+    );
+    // A fleet of three, two stale; the follower 90 s behind as b reads it, 2 s as a does.
+    for (instance, stale, lag) in [("a", 0, 2), ("b", 1, 90), ("c", 1, 2)] {
+        let labels = format!(r#"prefix="users",instance="{instance}",job="svc""#);
+        inputs += &series(
+            &format!("bloom_redis_stale{{{labels}}}"),
+            &format!("{stale}x20"),
+        );
+        inputs += &series(
+            &format!("bloom_redis_follow_lag_seconds{{{labels}}}"),
+            &format!("{lag}x20"),
+        );
+    }
+    let expect = |expr: String, labels: &str, value: &str| {
+        format!(
+            "      - expr: {}\n        eval_time: 10m\n        exp_samples:\n          - labels: '{labels}'\n            value: {value}\n",
+            serde_json::to_string(&expr).unwrap()
+        )
+    };
+    let cases = [
+        expect(expr_of("Cache hit ratio", "A"), r#"{cache="users"}"#, "0.8"),
+        expect(
+            expr_of("Guard: share of checked requests rejected", "A"),
+            r#"{guard="users"}"#,
+            "0.5",
+        ),
+        expect(expr_of("Stale instances", "A"), r#"{prefix="users"}"#, "2"),
+        expect(
+            expr_of("Follower lag and the follow bound", "A"),
+            r#"{prefix="users"}"#,
+            "90",
+        ),
+    ];
+    let tests_file = dir.path().join("dashboard.test.yml");
+    std::fs::write(
+        &tests_file,
+        format!(
+            "rule_files:\n  - {}\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n{inputs}    promql_expr_test:\n{}",
+            rules_file.display(),
+            cases.concat()
+        ),
+    )
+    .expect("writing the expression tests");
+    let tested = promtool(
+        promtool_bin,
+        &["test", "rules", tests_file.to_str().unwrap()],
+        "",
+    );
+    assert!(
+        tested.status.success(),
+        "promtool test rules on the dashboard's expressions: {}",
+        describe(&tested)
+    );
 }

@@ -54,6 +54,22 @@ pub mod names {
     /// Histogram: seconds from an insert being queued until its batch is in Redis and
     /// published; one sample per published batch, from its oldest insert.
     pub const PUBLISH_LATENCY: &str = "bloom_redis_publish_latency_seconds";
+    /// Gauge: how far the fleet's follower ([`RedisSync::follow`](crate::RedisSync::follow))
+    /// is behind the source, as this instance's last mark round read it: Redis's clock then
+    /// minus the follower's covered time (every row committed before it is in Redis). Set by
+    /// every instance, lease holder or not, from the first round that finds a follower; so a
+    /// dead or stuck holder shows as a lag growing on all of them. Views are fresh only while
+    /// it is within [`FOLLOW_BOUND`]. When the holder's record expires (`member_timeout`
+    /// after its last renewal, [`FOLLOWER`] then 0), it goes on growing from the last covered
+    /// time this instance read, until a holder stores a new one.
+    pub const FOLLOW_LAG: &str = "bloom_redis_follow_lag_seconds";
+    /// Gauge: the follow bound the last mark round read with the covered time (the step
+    /// interval plus `stale_after`): a lag above it makes every view stale. 0 while Redis
+    /// holds no follower's record.
+    pub const FOLLOW_BOUND: &str = "bloom_redis_follow_bound_seconds";
+    /// Gauge: 1 while the last mark round found a follower's covered time in Redis (the fleet
+    /// follows a source), else 0.
+    pub const FOLLOWER: &str = "bloom_redis_follower";
 
     /// Describes every metric above (`# HELP` text and [`metrics::Unit`]) to the installed
     /// recorder. Done once per process, automatically, when the first
@@ -113,6 +129,20 @@ pub mod names {
             PUBLISH_LATENCY,
             Unit::Seconds,
             "Seconds from an insert being queued until its batch was written to Redis and published (per batch, from its oldest insert)."
+        );
+        describe_gauge!(
+            FOLLOW_LAG,
+            Unit::Seconds,
+            "How far the fleet's follower is behind the source, as this instance last read it: Redis's clock minus the follower's covered time."
+        );
+        describe_gauge!(
+            FOLLOW_BOUND,
+            Unit::Seconds,
+            "The follow bound read with the follower's covered time: a follower lag above it makes every view stale (0 without a follower)."
+        );
+        describe_gauge!(
+            FOLLOWER,
+            "1 while this instance's last mark round found a follower's covered time in Redis, else 0."
         );
     }
 

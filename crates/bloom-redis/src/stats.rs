@@ -112,6 +112,17 @@ pub struct RedisStats {
     /// Whether this instance holds the fleet's follow lease: it is the one reading the
     /// source's changes ([`RedisSync::follow`](crate::RedisSync::follow)).
     pub following: bool,
+    /// How far the fleet's follower is behind the source, as this instance's last mark round
+    /// read it: Redis's clock then minus the follower's covered time (every row committed
+    /// before it is in Redis). Every instance reports it, holder or not, so a dead or stuck
+    /// holder shows as a growing lag everywhere; views are fresh only while it is within the
+    /// follow bound (the step interval plus `stale_after`). `None` until a round found a
+    /// follower; once the holder's record expired (`followed` is then `false`) it goes on
+    /// growing from the last covered time read. The metric `bloom_redis_follow_lag_seconds`.
+    pub follow_lag: Option<Duration>,
+    /// Whether this instance's last mark round found a follower's covered time in Redis: the
+    /// fleet follows a source.
+    pub followed: bool,
     /// Confirming pings sent: what would-be rejections cost Redis beyond the mark rounds
     /// (one `PUBLISH` each, an `EVALSHA` on a cluster; see `RedisSyncBuilder::confirm_timeout`).
     pub confirm_rounds: u64,

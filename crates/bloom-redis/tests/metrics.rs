@@ -5,6 +5,8 @@
 //! the application; and against a real `redis-server` (see `common`), each published batch
 //! of inserts records its publish latency. (That it all passes `promtool check metrics`
 //! through the Prometheus exporter is checked by the workspace's `tests/prometheus.rs`.)
+//! (The follower's lag, which every instance exports, is `tests/follow_lag.rs`: a process of
+//! its own, since the descriptions reach only the recorder of the process's first connect.)
 #![forbid(unsafe_code)]
 
 mod common;

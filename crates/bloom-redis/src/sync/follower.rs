@@ -22,9 +22,17 @@
 //! plus pub/sub delivery; after the holder dies, within the lease (`3 ×` the step interval,
 //! at least 3 s) plus a step. Tests: the workspace's `tests/follow.rs`
 //! (`a_fleet_follows_an_outside_writer_and_survives_its_follower_killed`).
+//!
+//! # The lag every instance reports
+//!
+//! Every instance's mark round reads the covered time with Redis's clock ([`FollowLag`]):
+//! their difference is how far the follower is behind, as Redis sees it, whoever holds the
+//! lease; a holder that died or stalls shows as a lag growing on every instance
+//! (`bloom_redis_follow_lag_seconds`, [`RedisStats::follow_lag`](crate::RedisStats::follow_lag)).
+//! Test: `tests/follow_lag.rs`, `the_follow_lag_grows_on_every_instance_once_the_follower_stops`.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use bloom_tower::SharedFilter;
@@ -34,12 +42,66 @@ use bloom_tower::shared_filter::{Follow, Follower, MAX_BACKOFF};
 use redis::AsyncCommands as _;
 
 use super::inner::{Inner, random_id};
+#[cfg(feature = "metrics")]
+use crate::names;
 use crate::scripts;
 
 /// The shortest follow lease: a holder that stalls this long hands over.
 const MIN_LEASE: Duration = Duration::from_secs(3);
 
+/// The follower's lag as this instance's mark rounds read it (R5): how old the newest
+/// covered time read was, by Redis's clock in the same reply.
+#[derive(Default)]
+pub(super) struct FollowLag {
+    /// The last covered time a round found (ms, Redis's clock); 0: none yet.
+    covered: AtomicU64,
+    /// Redis's time in the last round's reply minus `covered` (ms); meaningless while
+    /// `covered` is 0.
+    lag: AtomicU64,
+    /// Whether the last round found a covered time in Redis.
+    followed: AtomicBool,
+}
+
+impl FollowLag {
+    /// `None` until a round found a follower.
+    pub(super) fn lag(&self) -> Option<Duration> {
+        (self.covered.load(Relaxed) != 0).then(|| Duration::from_millis(self.lag.load(Relaxed)))
+    }
+
+    pub(super) fn followed(&self) -> bool {
+        self.followed.load(Relaxed)
+    }
+}
+
 impl Inner {
+    /// A mark round read Redis's time `now` and the follower's record `covered` (covered time,
+    /// follow bound; ms): records the lag, on every instance. Without a record the lag goes
+    /// on from the last covered time read: a follower that stopped keeps showing.
+    pub(super) fn record_follow_lag(&self, now: u64, covered: Option<(u64, u64)>) {
+        let record = &self.outbox.follow_lag;
+        record.followed.store(covered.is_some(), Relaxed);
+        if let Some((at, _)) = covered {
+            record.covered.store(at, Relaxed);
+        }
+        let at = record.covered.load(Relaxed);
+        let lag = now.saturating_sub(at);
+        if at != 0 {
+            record.lag.store(lag, Relaxed);
+        }
+        #[cfg(feature = "metrics")]
+        {
+            metrics::gauge!(names::FOLLOWER, "prefix" => self.prefix.clone())
+                .set(if covered.is_some() { 1.0 } else { 0.0 });
+            let bound = covered.map_or(0, |(_, bound)| bound);
+            metrics::gauge!(names::FOLLOW_BOUND, "prefix" => self.prefix.clone())
+                .set(bound as f64 / 1000.0);
+            if at != 0 {
+                metrics::gauge!(names::FOLLOW_LAG, "prefix" => self.prefix.clone())
+                    .set(lag as f64 / 1000.0);
+            }
+        }
+    }
+
     fn follow_lease(how: &Follow) -> Duration {
         (how.interval() * 3).max(MIN_LEASE)
     }

@@ -52,6 +52,8 @@ pub(super) struct Outbox {
     clock: Mutex<Option<(u64, Instant)>>,
     /// The follow bound (ms) the last mark round read; 0: the fleet follows no source.
     pub(super) follow_bound: AtomicU64,
+    /// What the mark rounds read of the fleet's follower ([`follower`](super::follower)).
+    pub(super) follow_lag: super::follower::FollowLag,
 }
 
 impl Default for Outbox {
@@ -64,6 +66,7 @@ impl Default for Outbox {
             epoch: AtomicU64::new(0),
             clock: Mutex::new(None),
             follow_bound: AtomicU64::new(0),
+            follow_lag: super::follower::FollowLag::default(),
         }
     }
 }
@@ -384,6 +387,7 @@ impl Inner {
             *lock(&self.outbox.clock) = Some((reply.now, Instant::now()));
             let bound = reply.covered.map_or(0, |(_, bound)| bound);
             self.outbox.follow_bound.store(bound, Relaxed);
+            self.record_follow_lag(reply.now, reply.covered);
             self.freshness.round_replied(seq, reply);
         }
         // What this instance holds of those segments moved with its own writes.

@@ -223,6 +223,8 @@ impl<K: ?Sized> RedisSync<K> {
             roster_reads: view.roster_reads,
             not_propagated: c.not_propagated.load(Relaxed),
             following: inner.following.load(Relaxed),
+            follow_lag: inner.outbox.follow_lag.lag(),
+            followed: inner.outbox.follow_lag.followed(),
             confirm_rounds: c.confirm_rounds.load(Relaxed),
             confirmed: c.confirmed.load(Relaxed),
             unconfirmed: c.unconfirmed.load(Relaxed),
@@ -450,9 +452,11 @@ impl<K: ?Sized> RedisSync<K> {
         self.inner.refill_if_lost(source).await
     }
 
-    /// Calls [`refill_if_lost`](Self::refill_if_lost) now, then [`rebuild`](Self::rebuild)
-    /// every `interval`, in a background task (stopped with this value). Every instance may
-    /// run one: the lock lets one rebuild at a time.
+    /// Calls [`refill_if_lost`](Self::refill_if_lost) now, then rebuilds the fleet every
+    /// `interval`, in a background task (stopped with this value). Every instance may run
+    /// one: the fleet still rebuilds about once per interval, whatever its size (each
+    /// interval is claimed in Redis by one instance, and the others wait for the next), and
+    /// one at a time (the lock).
     ///
     /// ```no_run
     /// # async fn example(sync: bloom_redis::RedisSync<u64>) -> Result<(), Box<dyn std::error::Error>> {
