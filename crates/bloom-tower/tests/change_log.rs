@@ -382,6 +382,54 @@ async fn a_position_the_pruned_log_no_longer_reaches_reads_the_whole_table() {
     assert!(keys.contains(&12));
 }
 
+/// `prune_every` in the background: rows older than `keep` leave the log at each interval
+/// (the log stays bounded), a position from before the horizon still reads every key, and
+/// shutting the task down stops it.
+#[tokio::test]
+async fn prune_every_keeps_the_log_bounded_and_loses_no_key() {
+    let db = db().await;
+    let users = log(&db.pool);
+    users.install().await.unwrap();
+    let old = users.watermark().await.unwrap().unwrap();
+    let pruning = users.prune_every(Duration::from_secs(1800), Duration::from_millis(50));
+    let count = || async {
+        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM bloom_changes_users")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+    };
+    for round in 0..3i64 {
+        for id in 1..=10 {
+            insert(&db.other, round * 100 + id).await;
+        }
+        // These rows are an hour old now: the next prune leaves only the newest row.
+        db.pool
+            .execute("UPDATE bloom_changes_users SET logged_at = logged_at - 3600")
+            .await
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while count().await > 1 {
+            assert!(std::time::Instant::now() < deadline, "never pruned");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    let (read, keys) = read_since(&users, &old).await;
+    assert_eq!(read, 30);
+    for round in 0..3i64 {
+        for id in 1..=10 {
+            assert!(keys.contains(&(round * 100 + id)));
+        }
+    }
+    pruning.shutdown().await;
+    insert(&db.other, 999).await;
+    db.pool
+        .execute("UPDATE bloom_changes_users SET logged_at = logged_at - 3600")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(count().await, 2, "pruned after shutdown");
+}
+
 #[tokio::test]
 async fn names_that_are_not_plain_identifiers_are_refused() {
     let db = db().await;

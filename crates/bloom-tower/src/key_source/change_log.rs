@@ -553,6 +553,50 @@ where
         Ok(self)
     }
 
+    /// Prunes the log every `every` (plus up to a tenth of it, so instances started together
+    /// do not prune together), keeping `keep` ([`prune`](Self::prune)), in a background task
+    /// until the returned handle is shut down. A failed prune is logged and tried again at the
+    /// next interval. Crash-safe: each prune is one transaction, and a reader whose position
+    /// is below the horizon is caught up by a full read of the table, so pruning never hides a
+    /// key; `keep` only bounds how much a restart or a stalled follower reads
+    /// (`tests/change_log.rs` `prune_every_keeps_the_log_bounded_and_loses_no_key`).
+    ///
+    /// Every instance may run one: a prune that finds nothing older than `keep` deletes
+    /// nothing.
+    pub fn prune_every(
+        &self,
+        keep: std::time::Duration,
+        every: std::time::Duration,
+    ) -> crate::shared_filter::BackgroundTask
+    where
+        K: Send + Sync + 'static,
+        DB: 'static,
+        Self: Send + Sync,
+    {
+        let log = self.clone();
+        let stop = std::sync::Arc::new(tokio::sync::Notify::new());
+        let stopped = std::sync::Arc::clone(&stop);
+        let every = every.max(std::time::Duration::from_millis(1));
+        let task = tokio::spawn(async move {
+            loop {
+                // A random fraction from std's per-process hash keys: no crate needed for it.
+                let random = std::hash::BuildHasher::hash_one(
+                    &std::collections::hash_map::RandomState::new(),
+                    0u8,
+                );
+                let jitter = every.mul_f64((random % 1000) as f64 / 10_000.0);
+                tokio::select! {
+                    () = tokio::time::sleep(every + jitter) => {}
+                    () = stopped.notified() => return,
+                }
+                if let Err(error) = log.prune(keep).await {
+                    tracing::warn!(log = %log.log, %error, "pruning the change log failed; trying again at the next interval");
+                }
+            }
+        });
+        crate::shared_filter::BackgroundTask::new(stop, task)
+    }
+
     /// Deletes the log's rows older than `keep` (about: by the time their transaction
     /// started), and never a row positioned after one it keeps; the position below which rows
     /// are gone is recorded in `<log>_horizon` ([`log_table`](Self::log_table)), in the same

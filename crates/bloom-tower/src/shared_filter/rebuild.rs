@@ -305,7 +305,7 @@ pub struct BackgroundTask {
 }
 
 impl BackgroundTask {
-    pub(super) fn new(stop: Arc<Notify>, task: JoinHandle<()>) -> Self {
+    pub(crate) fn new(stop: Arc<Notify>, task: JoinHandle<()>) -> Self {
         Self { stop, task }
     }
 
