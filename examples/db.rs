@@ -458,6 +458,16 @@ pub struct UserIds {
 }
 
 impl UserIds {
+    /// Prunes the change log every `every`, keeping `keep`
+    /// ([`ChangeLog::prune_every`]).
+    pub fn prune_every(
+        &self,
+        keep: Duration,
+        every: Duration,
+    ) -> bloom_tower::shared_filter::BackgroundTask {
+        self.log.prune_every(keep, every)
+    }
+
     /// PostgreSQL only: a stream that yields when a transaction that wrote users commits
     /// (`LISTEN` on its own connection to `url`), for [`Follow::wake_on`](bloom_tower::shared_filter::Follow::wake_on).
     pub fn notifications(&self, url: &str) -> impl Stream<Item = ()> + Send + 'static {

@@ -7,7 +7,8 @@
 //! cargo run --release --example feed
 //! # the same with Redis as the store
 //! REDIS_URL=redis://127.0.0.1:6379 cargo run --release --example feed
-//! # serve on the system clock instead (Ctrl-C or SIGTERM flushes and stops)
+//! # serve on the system clock instead (one Ctrl-C or SIGTERM stops it within 5 s, then
+//! # stores every user's filter; see bloom_examples::serve)
 //! cargo run --release --example feed -- --serve --port 3000
 //! curl localhost:3000/feed/42
 //! ```
@@ -23,6 +24,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use bloom_core::windowed::{Clock, ManualClock, SystemClock};
 use bloom_examples::feed::{Catalog, Feed, FeedConfig, FeedStore, SimulationConfig, simulate};
+use bloom_examples::serve;
 use clap::Parser;
 
 const DAY: u64 = 86_400;
@@ -114,14 +116,28 @@ async fn serve(cli: &Cli, config: FeedConfig) -> anyhow::Result<()> {
     let store = FeedStore::open(cli.redis_url.as_deref(), &cli.store_dir).await?;
     let feed = Feed::new(store, config, Arc::new(SystemClock))?;
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", cli.port)).await?;
+    // Installed before it says it listens: a signal from then on stops it gracefully.
+    let signal = serve::shutdown_signal().context("installing the signal handlers")?;
     println!("feed: listening on http://{}", listener.local_addr()?);
     let flusher = spawn_flusher(feed.clone());
-    axum::serve(listener, feed.router())
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    // Returns within the grace period of the signal, with no request left running: the
+    // flush below stores every item any response showed (the rule: `bloom_examples::serve`).
+    let stopped = serve::serve(
+        listener,
+        feed.router(),
+        async move {
+            let stop = signal.await;
+            println!("feed: {stop}: stopping");
+        },
+        serve::GRACE,
+    )
+    .await?;
     flusher.abort();
     let stored = feed.shown().flush().await.context("flushing at shutdown")?;
-    println!("feed: stopped; {stored} filters stored at shutdown");
+    println!(
+        "feed: stopped; {} connections open at the signal, {} dropped after the grace period; {stored} filters stored at shutdown",
+        stopped.open, stopped.dropped
+    );
     Ok(())
 }
 
@@ -244,19 +260,4 @@ fn peak_rss_mib() -> Option<f64> {
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib / 1024.0)
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("installing the SIGTERM handler");
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
 }

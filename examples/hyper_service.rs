@@ -1,9 +1,12 @@
 //! Plain hyper 1.x and tower, no axum: `GET /items/{id}` behind a `BloomGuard` whose key
 //! extractor is a closure. Ids the filter has never seen get the guard's `404` and never reach
-//! the item table; the rest go to the handler.
+//! the item table; the rest go to the handler. The connections are hyper's HTTP/1, one task
+//! each, served by `bloom_examples::serve`, which also stops them on one Ctrl-C or SIGTERM
+//! within a grace period.
 //!
 //! ```sh
 //! cargo run --release --example hyper_service   # then the printed curl commands
+//! BIND=127.0.0.1:0 cargo run --release --example hyper_service   # any free port
 //! ```
 #![forbid(unsafe_code)]
 
@@ -11,13 +14,11 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
 
+use bloom_examples::serve;
 use bloom_tower::{BloomFilter, BloomGuard, SharedFilter};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
-use hyper::server::conn::http1;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tower::{Service, ServiceBuilder, service_fn};
 
@@ -81,37 +82,33 @@ fn lookup(items: &Items, req: &Request<Incoming>) -> Response<Full<Bytes>> {
     }
 }
 
-/// Serves `service` on `listener`, one task per HTTP/1 connection.
-async fn serve<S>(listener: TcpListener, service: S) -> std::io::Result<()>
-where
-    S: Service<Request<Incoming>, Response = Response<Full<Bytes>>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send,
-{
-    loop {
-        let (stream, _) = listener.accept().await?;
-        let service = TowerToHyperService::new(service.clone());
-        tokio::spawn(async move {
-            let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
-            if let Err(err) = connection.await {
-                eprintln!("connection error: {err}");
-            }
-        });
-    }
-}
-
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let listener = TcpListener::bind("127.0.0.1:3001").await?;
+    let bind = std::env::var("BIND").unwrap_or_else(|_| "127.0.0.1:3001".into());
+    let listener = TcpListener::bind(&bind).await?;
     let addr = listener.local_addr()?;
+    // Installed before it says it listens: a signal from then on stops it gracefully.
+    let signal = serve::shutdown_signal()?;
     println!("listening on http://{addr}; items are 3, 6, 9, …, 30000. Try:");
     println!("  curl -i http://{addr}/items/42   # 200 from the handler");
     println!("  curl -i http://{addr}/items/43   # 404 from the guard: the handler never runs");
     let items = items();
     let filter = filter_of(&items)?;
-    serve(listener, app(items, filter)).await?;
+    // One SIGINT or SIGTERM stops it within the grace period (`bloom_examples::serve`).
+    let stopped = serve::serve(
+        listener,
+        app(items, filter),
+        async move {
+            let stop = signal.await;
+            println!("{stop}: stopping");
+        },
+        serve::GRACE,
+    )
+    .await?;
+    println!(
+        "stopped ({} connections open, {} dropped after the grace period)",
+        stopped.open, stopped.dropped
+    );
     Ok(())
 }
 
@@ -128,7 +125,12 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let items = items();
         let filter = filter_of(&items).unwrap();
-        tokio::spawn(serve(listener, app(items, filter.clone())));
+        tokio::spawn(serve::serve(
+            listener,
+            app(items, filter.clone()),
+            std::future::pending(),
+            serve::GRACE,
+        ));
         let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
         let get = |path: &str| {
             let request = client.get(format!("http://{addr}{path}").parse().unwrap());

@@ -1,6 +1,7 @@
 //! The examples are this crate's `[[example]]` targets; the library holds what they share:
-//! the database layer and the user service (also started in-process by the demo and by the
-//! end-to-end tests in `tests/`).
+//! the database layer, the user service (also started in-process by the demo and by the
+//! end-to-end tests in `tests/`), and how every serving example serves and stops on a signal
+//! ([`serve`]).
 #![forbid(unsafe_code)]
 
 /// The workspace README's Rust blocks as this crate's doc tests: its example (`quickstart.rs`,
@@ -12,4 +13,5 @@ struct WorkspaceReadme;
 pub mod db;
 pub mod feed;
 pub mod passwords;
+pub mod serve;
 pub mod user_service;

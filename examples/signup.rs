@@ -3,7 +3,8 @@
 //! A Bloom filter of the list clears almost every acceptable password without touching the
 //! list; only its "maybe" answers are confirmed against the exact table (see
 //! `bloom_examples::passwords`). At startup it prints the sizes and what a realistic mix of
-//! signups costs, then serves on `127.0.0.1:3000` (`BIND=host:port` to change) until Ctrl-C.
+//! signups costs, then serves on `127.0.0.1:3000` (`BIND=host:port` to change) until Ctrl-C or
+//! SIGTERM.
 //!
 //! ```sh
 //! cargo run --release --example signup               # figures, then serve
@@ -16,6 +17,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bloom_examples::passwords::{self, COMMON_PASSWORDS, PasswordScreen};
+use bloom_examples::serve;
 
 /// Fixed hash key and random seed of the printed mix figures, so they are reproducible.
 const MIX_SEED: u64 = 42;
@@ -79,6 +81,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let bind = std::env::var("BIND").unwrap_or_else(|_| "127.0.0.1:3000".into());
     let listener = tokio::net::TcpListener::bind(&bind).await?;
     let addr = listener.local_addr()?;
+    // Installed before it says it listens: a signal from then on stops it gracefully.
+    let signal = serve::shutdown_signal()?;
     println!("\nlistening on http://{addr}; try:");
     for password in ["Password", "correct horse battery staple"] {
         println!(
@@ -86,11 +90,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
              -d '{{\"username\":\"ada\",\"password\":\"{password}\"}}' http://{addr}/signup"
         );
     }
-    axum::serve(listener, passwords::router(Arc::clone(&screen)))
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await?;
-    println!("stopped: {:?}", screen.stats());
+    // One SIGINT or SIGTERM stops it within the grace period (`bloom_examples::serve`).
+    let stopped = serve::serve(
+        listener,
+        passwords::router(Arc::clone(&screen)),
+        async move {
+            let stop = signal.await;
+            println!("{stop}: stopping");
+        },
+        serve::GRACE,
+    )
+    .await?;
+    println!(
+        "stopped ({} connections open, {} dropped after the grace period): {:?}",
+        stopped.open,
+        stopped.dropped,
+        screen.stats()
+    );
     Ok(())
 }

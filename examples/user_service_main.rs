@@ -18,8 +18,10 @@
 //! curl -X POST localhost:3001/filters/users/snapshot
 //! ```
 //!
-//! An empty database gets 10,000 users first (`--seed` to choose). Ctrl-C or SIGTERM stops
-//! it gracefully and saves the filter snapshot (`./data/users.bloom`; it is also saved after
+//! An empty database gets 10,000 users first (`--seed` to choose). One Ctrl-C or SIGTERM
+//! stops it gracefully: it stops accepting, gives open connections at most 5 seconds
+//! (`bloom_examples::serve`, whose docs state the rule and name its test), and saves the
+//! filter snapshot (`./data/users.bloom`; it is also saved after
 //! every rebuild and every `--snapshot-secs`). The next start loads the snapshot and reads
 //! only the users created since it was saved, instead of every id, before it listens.
 #![forbid(unsafe_code)]
@@ -69,6 +71,9 @@ async fn main() -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", cli.port))
         .await
         .with_context(|| format!("binding 127.0.0.1:{}", cli.port))?;
+    // Installed before it says it listens: a signal from then on stops it gracefully.
+    let signal =
+        bloom_examples::serve::shutdown_signal().context("installing the signal handlers")?;
     tracing::info!(
         addr = %listener.local_addr()?,
         guarded = app.filter().is_some(),
@@ -87,28 +92,9 @@ async fn main() -> anyhow::Result<()> {
             }
         });
     }
-    app.serve(listener, shutdown_signal()).await
-}
-
-/// Ctrl-C (SIGINT) or SIGTERM, what containers, systemd and Kubernetes send: either one stops
-/// accepting, finishes the requests in flight and saves the filter snapshot.
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(error) => {
-                tracing::warn!(%error, "cannot listen for SIGTERM; only Ctrl-C stops gracefully");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => tracing::info!("Ctrl-C: shutting down"),
-        () = terminate => tracing::info!("SIGTERM: shutting down"),
-    }
+    app.serve(listener, async move {
+        let stop = signal.await;
+        tracing::info!(%stop, "shutting down");
+    })
+    .await
 }

@@ -286,8 +286,11 @@ impl App {
                 (Some(url), _) => {
                     let (filter, sync) = join_shared_filter(&config, url, &source).await?;
                     sync.follow(source.clone(), follow(&config, &db, &source)?);
+                    let tasks = vec![
+                        filter.save_every(config.snapshot_every),
+                        source.prune_every(LOG_KEPT, LOG_PRUNED_EVERY),
+                    ];
                     sync.rebuild_every(config.rebuild_every, source);
-                    let tasks = vec![filter.save_every(config.snapshot_every)];
                     (filter, tasks, Some(sync))
                 }
                 (None, filter) => {
@@ -305,6 +308,7 @@ impl App {
                         let how = follow(&config, &db, &source)?;
                         tasks.push(filter.follow(source.clone(), how));
                     }
+                    tasks.push(source.prune_every(LOG_KEPT, LOG_PRUNED_EVERY));
                     tasks.push(filter.rebuild_every(config.rebuild_every, source));
                     (filter, tasks, None)
                 }
@@ -376,17 +380,23 @@ impl App {
         Some(bloom_tower::admin::router(admin))
     }
 
-    /// Serves on `listener` until `shutdown` resolves, then finishes the requests in flight,
-    /// stops the scheduled rebuilds and saves the filter snapshot.
+    /// Serves on `listener` until `shutdown` resolves, then stops accepting, lets the open
+    /// connections finish for at most [`GRACE`](crate::serve::GRACE) (an idle keep-alive
+    /// connection closes at once; the rule and its test: [`crate::serve`]), stops the
+    /// scheduled rebuilds and saves the filter snapshot.
     pub async fn serve(
         self,
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        axum::serve(listener, self.router())
-            .with_graceful_shutdown(shutdown)
+        let stopped = crate::serve::serve(listener, self.router(), shutdown, crate::serve::GRACE)
             .await
             .context("serving")?;
+        tracing::info!(
+            open = stopped.open,
+            dropped = stopped.dropped,
+            "stopped serving"
+        );
         self.shutdown().await
     }
 
@@ -517,6 +527,13 @@ fn no_such_user(_key: RejectedKey<'_>) -> Response {
 /// How the filter follows the users other writers commit: every
 /// [`Config::follow_every`], and on PostgreSQL also whenever a `NOTIFY` says a transaction
 /// that wrote users committed.
+/// How long the users' change log keeps a row: a day. A restart from a snapshot older than
+/// that, or a follower stalled that long, reads the whole table instead (nothing is missed);
+/// within it, they read only the rows since.
+const LOG_KEPT: Duration = Duration::from_secs(24 * 3600);
+/// How often the change log is pruned.
+const LOG_PRUNED_EVERY: Duration = Duration::from_secs(3600);
+
 fn follow(config: &Config, db: &Db, source: &crate::db::UserIds) -> anyhow::Result<Follow> {
     let how = Follow::every(config.follow_every);
     Ok(match db.backend() {
@@ -648,7 +665,8 @@ impl RunningService {
         format!("http://{}", self.addr)
     }
 
-    /// Graceful shutdown: stops accepting, finishes requests in flight, saves the snapshot.
+    /// Graceful shutdown: stops accepting, finishes requests in flight (within
+    /// [`GRACE`](crate::serve::GRACE)), saves the snapshot.
     pub async fn shutdown(mut self) -> anyhow::Result<()> {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
