@@ -3,41 +3,18 @@
 //! are not sent, so a normal start logs no `sqlx::postgres::notice` lines at INFO.
 #![cfg(feature = "postgres")]
 
+#[path = "support/logs.rs"]
+mod logs;
 #[path = "../../../tests/servers/postgres.rs"]
 #[allow(dead_code)]
 mod postgres;
 
-use std::io;
-use std::sync::{Arc, Mutex};
-
 use bloom_tower::key_source::change_log::ChangeLog;
 use sqlx::{Executor as _, Postgres};
 
-struct Sink(Arc<Mutex<String>>);
-
-impl io::Write for Sink {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap()
-            .push_str(&String::from_utf8_lossy(bytes));
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn installing_again_sends_no_notices() {
-    let lines = Arc::new(Mutex::new(String::new()));
-    let sink = Arc::clone(&lines);
-    tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::INFO)
-        .with_ansi(false)
-        .with_writer(move || Sink(Arc::clone(&sink)))
-        .init();
+    let lines = logs::logs_at(tracing::Level::INFO);
     let Some(server) = postgres::start_or_skip("change_log_notices") else {
         return;
     };

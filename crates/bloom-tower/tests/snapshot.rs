@@ -2,10 +2,13 @@
 //! created since it was saved); a damaged file is reported as corrupt; `save_every` rewrites
 //! the file only when the filter changed, and then within an interval.
 
+#[path = "support/logs.rs"]
+mod logs;
+
 use std::fs::File;
 use std::io::{self, BufReader};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bloom_core::Snapshot;
@@ -132,36 +135,9 @@ const PATIENCE: Duration = Duration::from_secs(60);
 /// `save_every`'s interval in these tests.
 const TICK: Duration = Duration::from_millis(20);
 
-/// The crate's `debug` events, captured for the whole test binary as the lines a
-/// `tracing_subscriber::fmt` subscriber writes.
+/// The crate's `debug` events, captured for the whole test binary.
 fn debug_logs() -> &'static Mutex<String> {
-    static LOGS: OnceLock<Arc<Mutex<String>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let logs = Arc::new(Mutex::new(String::new()));
-        let sink = Arc::clone(&logs);
-        tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::DEBUG)
-            .with_ansi(false)
-            .with_writer(move || Sink(Arc::clone(&sink)))
-            .init();
-        logs
-    })
-}
-
-struct Sink(Arc<Mutex<String>>);
-
-impl io::Write for Sink {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap()
-            .push_str(&String::from_utf8_lossy(bytes));
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
+    logs::logs_at(tracing::Level::DEBUG)
 }
 
 /// The count of skipped snapshots `save_every` last logged for the filter `name` (0 before
