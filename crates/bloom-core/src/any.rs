@@ -449,35 +449,26 @@ impl AnyFilter {
     }
 }
 
-impl From<BloomFilter> for AnyFilter {
-    fn from(filter: BloomFilter) -> Self {
-        Self::Plain(filter)
-    }
+/// `From<filter>` for each variant: wrapping a filter in `AnyFilter` is its variant.
+macro_rules! from_filters {
+    ($($variant:ident($filter:ty)),* $(,)?) => {
+        $(
+            impl From<$filter> for AnyFilter {
+                fn from(filter: $filter) -> Self {
+                    Self::$variant(filter)
+                }
+            }
+        )*
+    };
 }
 
-impl From<CountingBloomFilter> for AnyFilter {
-    fn from(filter: CountingBloomFilter) -> Self {
-        Self::Counting(filter)
-    }
-}
-
-impl From<ScalableBloomFilter> for AnyFilter {
-    fn from(filter: ScalableBloomFilter) -> Self {
-        Self::Scalable(filter)
-    }
-}
-
-impl From<CuckooFilter> for AnyFilter {
-    fn from(filter: CuckooFilter) -> Self {
-        Self::Cuckoo(filter)
-    }
-}
-
-impl From<WindowedFilter> for AnyFilter {
-    fn from(filter: WindowedFilter) -> Self {
-        Self::Windowed(filter)
-    }
-}
+from_filters!(
+    Plain(BloomFilter),
+    Counting(CountingBloomFilter),
+    Scalable(ScalableBloomFilter),
+    Cuckoo(CuckooFilter),
+    Windowed(WindowedFilter),
+);
 
 impl fmt::Debug for AnyFilter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -492,40 +483,29 @@ mod tests {
     use crate::format::KIND_OFFSET;
 
     fn each_kind() -> [AnyFilter; 5] {
+        let (n, p, seed) = (1_000, 0.01, 3);
+        let bloom = BloomFilter::builder()
+            .expected_items(n)
+            .false_positive_rate(p)
+            .seed(seed);
+        let cuckoo = CuckooFilter::builder()
+            .expected_items(n)
+            .false_positive_rate(p)
+            .seed(seed);
+        let windowed = WindowedFilter::builder(crate::windowed::Window::Count(5 * n))
+            .expected_items(5 * n)
+            .false_positive_rate(p)
+            .seed(seed);
         [
-            BloomFilter::builder()
-                .expected_items(1_000)
-                .false_positive_rate(0.01)
-                .seed(3)
+            bloom.clone().build().unwrap().into(),
+            bloom.build_counting().unwrap().into(),
+            ScalableBloomFilter::builder(100, p)
+                .seed(seed)
                 .build()
                 .unwrap()
                 .into(),
-            CountingBloomFilter::builder()
-                .expected_items(1_000)
-                .false_positive_rate(0.01)
-                .seed(3)
-                .build()
-                .unwrap()
-                .into(),
-            ScalableBloomFilter::builder(100, 0.01)
-                .seed(3)
-                .build()
-                .unwrap()
-                .into(),
-            CuckooFilter::builder()
-                .expected_items(1_000)
-                .false_positive_rate(0.01)
-                .seed(3)
-                .build()
-                .unwrap()
-                .into(),
-            WindowedFilter::builder(crate::windowed::Window::Count(5_000))
-                .expected_items(5_000)
-                .false_positive_rate(0.01)
-                .seed(3)
-                .build()
-                .unwrap()
-                .into(),
+            cuckoo.build().unwrap().into(),
+            windowed.build().unwrap().into(),
         ]
     }
 

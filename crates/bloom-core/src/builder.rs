@@ -1,11 +1,12 @@
 //! Building a filter: from (expected items, false-positive rate) or from an explicit size.
+//! The checks and setters every builder shares are in `sizing.rs`.
 
 use std::fmt;
 use std::marker::PhantomData;
 
 use crate::hasher::KeyHasher;
-use crate::params::{self, BLOCK_BITS, MAX_BITS, MAX_HASHES, SPLIT_HASHES};
-use crate::{BloomFilter, CountingBloomFilter, Layout};
+use crate::params::{self, SPLIT_HASHES};
+use crate::{BloomFilter, CountingBloomFilter, Layout, sizing};
 
 /// Why a filter could not be built. Every message says what to change.
 #[derive(Debug, thiserror::Error)]
@@ -211,101 +212,85 @@ impl<F> fmt::Debug for Builder<F> {
 }
 
 impl<F> Builder<F> {
-    /// The number of distinct keys the filter is sized for (n).
-    ///
-    /// ```
-    /// let f = bloom_core::BloomFilter::builder()
-    ///     .expected_items(10_000)
-    ///     .false_positive_rate(0.01)
-    ///     .build()?;
-    /// assert_eq!(f.capacity(), Some(10_000));
-    /// # Ok::<(), bloom_core::BuildError>(())
-    /// ```
-    pub fn expected_items(mut self, n: u64) -> Self {
-        self.expected_items = Some(n);
-        self
-    }
+    sizing::setters! {
+        /// The number of distinct keys the filter is sized for (n).
+        ///
+        /// ```
+        /// let f = bloom_core::BloomFilter::builder()
+        ///     .expected_items(10_000)
+        ///     .false_positive_rate(0.01)
+        ///     .build()?;
+        /// assert_eq!(f.capacity(), Some(10_000));
+        /// # Ok::<(), bloom_core::BuildError>(())
+        /// ```
+        expected_items(n: u64) => Some(n);
 
-    /// The false-positive rate wanted at `expected_items` keys (p), e.g. `0.01`.
-    ///
-    /// ```
-    /// let f = bloom_core::BloomFilter::builder()
-    ///     .expected_items(10_000)
-    ///     .false_positive_rate(0.001)
-    ///     .build()?;
-    /// assert_eq!(f.target_fpr(), Some(0.001));
-    /// # Ok::<(), bloom_core::BuildError>(())
-    /// ```
-    pub fn false_positive_rate(mut self, p: f64) -> Self {
-        self.false_positive_rate = Some(p);
-        self
-    }
+        /// The false-positive rate wanted at `expected_items` keys (p), e.g. `0.01`.
+        ///
+        /// ```
+        /// let f = bloom_core::BloomFilter::builder()
+        ///     .expected_items(10_000)
+        ///     .false_positive_rate(0.001)
+        ///     .build()?;
+        /// assert_eq!(f.target_fpr(), Some(0.001));
+        /// # Ok::<(), bloom_core::BuildError>(())
+        /// ```
+        false_positive_rate(p: f64) => Some(p);
 
-    /// An explicit number of bits (m) instead of a false-positive rate. Blocked filters round
-    /// it up to a whole number of 512-bit blocks. A filter sized this way has no
-    /// [`target_fpr`](BloomFilter::target_fpr).
-    ///
-    /// ```
-    /// let f = bloom_core::BloomFilter::builder().bits(1_000).hashes(3).build()?;
-    /// assert_eq!(f.num_bits(), 1_024); // two 512-bit blocks
-    /// assert_eq!(f.target_fpr(), None);
-    /// # Ok::<(), bloom_core::BuildError>(())
-    /// ```
-    pub fn bits(mut self, m: u64) -> Self {
-        self.bits = Some(m);
-        self
-    }
+        /// An explicit number of bits (m) instead of a false-positive rate. Blocked filters round
+        /// it up to a whole number of 512-bit blocks. A filter sized this way has no
+        /// [`target_fpr`](BloomFilter::target_fpr).
+        ///
+        /// ```
+        /// let f = bloom_core::BloomFilter::builder().bits(1_000).hashes(3).build()?;
+        /// assert_eq!(f.num_bits(), 1_024); // two 512-bit blocks
+        /// assert_eq!(f.target_fpr(), None);
+        /// # Ok::<(), bloom_core::BuildError>(())
+        /// ```
+        bits(m: u64) => Some(m);
 
-    /// An explicit number of hash probes per key (k). Not needed with [`Layout::SplitBlock`],
-    /// whose `k` is always [`SPLIT_HASHES`] (any other value is
-    /// [`BuildError::HashesFixedByLayout`]); `.bits(m)` alone sizes such a filter.
-    ///
-    /// ```
-    /// let f = bloom_core::BloomFilter::builder().bits(4_096).hashes(5).build()?;
-    /// assert_eq!(f.num_hashes(), 5);
-    /// # Ok::<(), bloom_core::BuildError>(())
-    /// ```
-    pub fn hashes(mut self, k: u32) -> Self {
-        self.hashes = Some(k);
-        self
-    }
+        /// An explicit number of hash probes per key (k). Not needed with [`Layout::SplitBlock`],
+        /// whose `k` is always [`SPLIT_HASHES`] (any other value is
+        /// [`BuildError::HashesFixedByLayout`]); `.bits(m)` alone sizes such a filter.
+        ///
+        /// ```
+        /// let f = bloom_core::BloomFilter::builder().bits(4_096).hashes(5).build()?;
+        /// assert_eq!(f.num_hashes(), 5);
+        /// # Ok::<(), bloom_core::BuildError>(())
+        /// ```
+        hashes(k: u32) => Some(k);
 
-    /// The layout; [`Layout::Blocked`] by default.
-    ///
-    /// ```
-    /// use bloom_core::{BloomFilter, Layout};
-    ///
-    /// let f = BloomFilter::builder()
-    ///     .expected_items(1_000)
-    ///     .false_positive_rate(0.01)
-    ///     .layout(Layout::Classic)
-    ///     .build()?;
-    /// assert_eq!(f.layout(), Layout::Classic);
-    /// # Ok::<(), bloom_core::BuildError>(())
-    /// ```
-    pub fn layout(mut self, layout: Layout) -> Self {
-        self.layout = layout;
-        self
-    }
+        /// The layout; [`Layout::Blocked`] by default.
+        ///
+        /// ```
+        /// use bloom_core::{BloomFilter, Layout};
+        ///
+        /// let f = BloomFilter::builder()
+        ///     .expected_items(1_000)
+        ///     .false_positive_rate(0.01)
+        ///     .layout(Layout::Classic)
+        ///     .build()?;
+        /// assert_eq!(f.layout(), Layout::Classic);
+        /// # Ok::<(), bloom_core::BuildError>(())
+        /// ```
+        layout(layout: Layout) => layout;
 
-    /// A fixed 128-bit hash key, for filters that must agree across processes or runs.
-    ///
-    /// Without it the key is drawn from the operating system's random source, so nobody can
-    /// compute colliding keys offline. A fixed key that leaks lets an attacker craft keys that
-    /// the filter wrongly lets through: treat it like a password.
-    ///
-    /// ```
-    /// let f = bloom_core::BloomFilter::builder()
-    ///     .expected_items(1_000)
-    ///     .false_positive_rate(0.01)
-    ///     .seed(42)
-    ///     .build()?;
-    /// assert_eq!(f.seed(), 42);
-    /// # Ok::<(), bloom_core::BuildError>(())
-    /// ```
-    pub fn seed(mut self, seed: u128) -> Self {
-        self.seed = Some(seed);
-        self
+        /// A fixed 128-bit hash key, for filters that must agree across processes or runs.
+        ///
+        /// Without it the key is drawn from the operating system's random source, so nobody can
+        /// compute colliding keys offline. A fixed key that leaks lets an attacker craft keys that
+        /// the filter wrongly lets through: treat it like a password.
+        ///
+        /// ```
+        /// let f = bloom_core::BloomFilter::builder()
+        ///     .expected_items(1_000)
+        ///     .false_positive_rate(0.01)
+        ///     .seed(42)
+        ///     .build()?;
+        /// assert_eq!(f.seed(), 42);
+        /// # Ok::<(), bloom_core::BuildError>(())
+        /// ```
+        seed(seed: u128) => Some(seed);
     }
 
     /// The same settings, for building another kind of filter.
@@ -324,16 +309,16 @@ impl<F> Builder<F> {
     /// Checks the settings and works out the size.
     pub(crate) fn resolve(self) -> Result<Parts, BuildError> {
         let layout = self.layout;
-        let (bits, hashes) = match (self.bits, self.false_positive_rate, self.expected_items) {
-            (Some(_), Some(_), _) => return Err(BuildError::ConflictingSize),
-            (Some(m), None, n) => {
-                let k = match (self.hashes, n) {
+        let (bits, hashes) = match self.bits {
+            Some(_) if self.false_positive_rate.is_some() => {
+                return Err(BuildError::ConflictingSize);
+            }
+            Some(m) => {
+                let k = match (self.hashes, self.expected_items) {
                     (Some(k), _) => k,
                     (None, Some(n)) => {
-                        if n == 0 {
-                            return Err(BuildError::ZeroItems);
-                        }
-                        params::optimal_hashes(layout, round_bits(layout, m)?, n)
+                        sizing::check_items(n)?;
+                        params::optimal_hashes(layout, sizing::round_bits(layout, m)?, n)
                     }
                     // The layout fixes k: nothing to derive.
                     (None, None) if layout == Layout::SplitBlock => SPLIT_HASHES,
@@ -341,25 +326,20 @@ impl<F> Builder<F> {
                 };
                 (m, k)
             }
-            (None, Some(p), Some(n)) => {
+            None => {
+                let (n, p) = sizing::items_and_rate(self.expected_items, self.false_positive_rate)?
+                    .ok_or(BuildError::MissingSize)?;
                 let best = params::for_layout(layout, n, p)?;
                 (best.bits, self.hashes.unwrap_or(best.hashes))
             }
-            (None, Some(_), None) => return Err(BuildError::MissingExpectedItems),
-            (None, None, Some(_)) => return Err(BuildError::MissingFalsePositiveRate),
-            (None, None, None) => return Err(BuildError::MissingSize),
         };
-        let bits = round_bits(layout, bits)?;
-        check_hashes(layout, hashes)?;
-        let hasher = match self.seed {
-            Some(seed) => KeyHasher::new(seed),
-            None => KeyHasher::random().map_err(BuildError::Random)?,
-        };
+        let bits = sizing::round_bits(layout, bits)?;
+        sizing::check_hashes(layout, hashes)?;
         Ok(Parts {
             layout,
             slots: bits,
             hashes,
-            hasher,
+            hasher: sizing::hasher(self.seed)?,
             capacity: self.expected_items,
             target_fpr: self.false_positive_rate,
         })
@@ -430,43 +410,4 @@ pub(crate) struct Parts {
     pub(crate) hasher: KeyHasher,
     pub(crate) capacity: Option<u64>,
     pub(crate) target_fpr: Option<f64>,
-}
-
-/// Validates `m` and rounds it up to what the layout stores (whole blocks for Blocked and
-/// SplitBlock).
-pub(crate) fn round_bits(layout: Layout, bits: u64) -> Result<u64, BuildError> {
-    if bits == 0 {
-        return Err(BuildError::ZeroBits);
-    }
-    let rounded = match layout {
-        Layout::Classic => bits,
-        Layout::Blocked | Layout::SplitBlock => {
-            bits.div_ceil(BLOCK_BITS).saturating_mul(BLOCK_BITS)
-        }
-    };
-    if rounded > MAX_BITS {
-        return Err(BuildError::TooLarge {
-            bits: bits as f64,
-            max: MAX_BITS,
-        });
-    }
-    Ok(rounded)
-}
-
-pub(crate) fn check_hashes(layout: Layout, k: u32) -> Result<(), BuildError> {
-    match k {
-        0 => Err(BuildError::ZeroHashes),
-        k if layout == Layout::SplitBlock && k != SPLIT_HASHES => {
-            Err(BuildError::HashesFixedByLayout {
-                layout,
-                hashes: k,
-                fixed: SPLIT_HASHES,
-            })
-        }
-        k if k > MAX_HASHES => Err(BuildError::TooManyHashes {
-            hashes: k,
-            max: MAX_HASHES,
-        }),
-        _ => Ok(()),
-    }
 }

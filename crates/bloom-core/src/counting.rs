@@ -4,6 +4,7 @@
 
 use std::fmt;
 
+use crate::accessors::accessors;
 use crate::bit_vector::{BitVector, WordFill};
 use crate::builder::{Builder, Parts};
 use crate::format::{FilterKind, WordBody};
@@ -11,7 +12,7 @@ use crate::hasher::KeyHasher;
 use crate::layout::for_each_slot;
 use crate::params::{self, BLOCK_BITS, MAX_HASHES};
 use crate::sync::{AtomicU64, Ordering::Relaxed};
-use crate::{BloomFilter, BuildError, Key, Layout};
+use crate::{BloomFilter, Key, Layout};
 
 /// Counters per 64-bit word.
 const PER_WORD: u64 = 16;
@@ -55,21 +56,18 @@ pub struct CountingBloomFilter {
 }
 
 impl CountingBloomFilter {
-    /// A Blocked counting filter for `expected_items` keys at `false_positive_rate`, with a
-    /// random secret hash key.
-    ///
-    /// ```
-    /// use bloom_core::CountingBloomFilter;
-    ///
-    /// let f = CountingBloomFilter::new(1_000, 0.01)?;
-    /// assert_eq!((f.capacity(), f.target_fpr()), (Some(1_000), Some(0.01)));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn new(expected_items: u64, false_positive_rate: f64) -> Result<Self, BuildError> {
-        Self::builder()
-            .expected_items(expected_items)
-            .false_positive_rate(false_positive_rate)
-            .build()
+    accessors! {
+        /// A Blocked counting filter for `expected_items` keys at `false_positive_rate`, with a
+        /// random secret hash key.
+        ///
+        /// ```
+        /// use bloom_core::CountingBloomFilter;
+        ///
+        /// let f = CountingBloomFilter::new(1_000, 0.01)?;
+        /// assert_eq!((f.capacity(), f.target_fpr()), (Some(1_000), Some(0.01)));
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        new;
     }
 
     /// Starts configuring a counting filter: the same settings as
@@ -118,21 +116,27 @@ impl CountingBloomFilter {
         }
     }
 
-    /// The key's slots (at most [`MAX_HASHES`]), in probe order.
-    fn slots<K: Key + ?Sized>(&self, key: &K) -> ([u64; MAX_HASHES as usize], usize) {
-        let mut slots = [0u64; MAX_HASHES as usize];
-        let mut len = 0;
+    /// Calls `visit` with each of the key's slots, in probe order, while it returns `true`.
+    #[inline(always)]
+    fn for_each_slot_of<K: Key + ?Sized>(&self, key: &K, visit: impl FnMut(u64) -> bool) {
         for_each_slot(
             self.layout,
             self.hasher.hash(key),
             self.num_hashes,
             self.num_slots,
-            |slot| {
-                slots[len] = slot;
-                len += 1;
-                true
-            },
+            visit,
         );
+    }
+
+    /// The key's slots (at most [`MAX_HASHES`]), in probe order.
+    fn slots<K: Key + ?Sized>(&self, key: &K) -> ([u64; MAX_HASHES as usize], usize) {
+        let mut slots = [0u64; MAX_HASHES as usize];
+        let mut len = 0;
+        self.for_each_slot_of(key, |slot| {
+            slots[len] = slot;
+            len += 1;
+            true
+        });
         (slots, len)
     }
 
@@ -221,16 +225,10 @@ impl CountingBloomFilter {
         // Every counter is read, with no early exit: a branch on each loaded counter
         // mispredicts on misses and stops the CPU overlapping the next lookups' loads
         // (bench: the counting filter's `contains_miss/*` in benches/core.rs).
-        for_each_slot(
-            self.layout,
-            self.hasher.hash(key),
-            self.num_hashes,
-            self.num_slots,
-            |slot| {
-                all &= self.counter(slot) > 0;
-                true
-            },
-        );
+        self.for_each_slot_of(key, |slot| {
+            all &= self.counter(slot) > 0;
+            true
+        });
         all
     }
 
@@ -279,98 +277,86 @@ impl CountingBloomFilter {
         BloomFilter::from_parts(self.parts(), Some(BitVector::from_words(bits)))
     }
 
-    /// The number of counters (slots), m.
-    ///
-    /// ```
-    /// use bloom_core::CountingBloomFilter;
-    ///
-    /// let f = CountingBloomFilter::builder().bits(1_000).hashes(3).build()?;
-    /// assert_eq!(f.num_slots(), 1_024); // rounded up to whole 512-slot blocks
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn num_slots(&self) -> u64 {
-        self.num_slots
-    }
+    accessors! {
+        /// The number of counters (slots), m.
+        ///
+        /// ```
+        /// use bloom_core::CountingBloomFilter;
+        ///
+        /// let f = CountingBloomFilter::builder().bits(1_000).hashes(3).build()?;
+        /// assert_eq!(f.num_slots(), 1_024); // rounded up to whole 512-slot blocks
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        num_slots: u64;
 
-    /// The number of hash probes per key, k.
-    ///
-    /// ```
-    /// use bloom_core::CountingBloomFilter;
-    ///
-    /// let f = CountingBloomFilter::builder().bits(1_024).hashes(3).build()?;
-    /// assert_eq!(f.num_hashes(), 3);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn num_hashes(&self) -> u32 {
-        self.num_hashes
-    }
+        /// The number of hash probes per key, k.
+        ///
+        /// ```
+        /// use bloom_core::CountingBloomFilter;
+        ///
+        /// let f = CountingBloomFilter::builder().bits(1_024).hashes(3).build()?;
+        /// assert_eq!(f.num_hashes(), 3);
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        num_hashes: u32;
 
-    /// The layout.
-    ///
-    /// ```
-    /// use bloom_core::{CountingBloomFilter, Layout};
-    ///
-    /// let f = CountingBloomFilter::new(1_000, 0.01)?;
-    /// assert_eq!(f.layout(), Layout::Blocked);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn layout(&self) -> Layout {
-        self.layout
-    }
+        /// The layout.
+        ///
+        /// ```
+        /// use bloom_core::{CountingBloomFilter, Layout};
+        ///
+        /// let f = CountingBloomFilter::new(1_000, 0.01)?;
+        /// assert_eq!(f.layout(), Layout::Blocked);
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        layout: Layout;
 
-    /// The number of keys it was sized for, if it was sized by count.
-    ///
-    /// ```
-    /// use bloom_core::CountingBloomFilter;
-    ///
-    /// assert_eq!(CountingBloomFilter::new(1_000, 0.01)?.capacity(), Some(1_000));
-    /// let sized = CountingBloomFilter::builder().bits(1_024).hashes(3).build()?;
-    /// assert_eq!(sized.capacity(), None);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn capacity(&self) -> Option<u64> {
-        self.capacity
-    }
+        /// The number of keys it was sized for, if it was sized by count.
+        ///
+        /// ```
+        /// use bloom_core::CountingBloomFilter;
+        ///
+        /// assert_eq!(CountingBloomFilter::new(1_000, 0.01)?.capacity(), Some(1_000));
+        /// let sized = CountingBloomFilter::builder().bits(1_024).hashes(3).build()?;
+        /// assert_eq!(sized.capacity(), None);
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        capacity: Option<u64>;
 
-    /// The false-positive rate it was sized for: `None` when it was built from an explicit
-    /// size ([`Builder::bits`]) instead of a rate, since such a filter has no target.
-    ///
-    /// ```
-    /// use bloom_core::CountingBloomFilter;
-    ///
-    /// assert_eq!(CountingBloomFilter::new(1_000, 0.01)?.target_fpr(), Some(0.01));
-    /// let sized = CountingBloomFilter::builder().bits(1_024).hashes(3).build()?;
-    /// assert_eq!(sized.target_fpr(), None);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn target_fpr(&self) -> Option<f64> {
-        self.target_fpr
-    }
+        /// The false-positive rate it was sized for: `None` when it was built from an explicit
+        /// size ([`Builder::bits`]) instead of a rate, since such a filter has no target.
+        ///
+        /// ```
+        /// use bloom_core::CountingBloomFilter;
+        ///
+        /// assert_eq!(CountingBloomFilter::new(1_000, 0.01)?.target_fpr(), Some(0.01));
+        /// let sized = CountingBloomFilter::builder().bits(1_024).hashes(3).build()?;
+        /// assert_eq!(sized.target_fpr(), None);
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        target_fpr: Option<f64>;
 
-    /// The secret hash key. Never log it.
-    ///
-    /// ```
-    /// use bloom_core::CountingBloomFilter;
-    ///
-    /// let f = CountingBloomFilter::builder().bits(1_024).hashes(3).seed(9).build()?;
-    /// assert_eq!(f.seed(), 9);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn seed(&self) -> u128 {
-        self.hasher.seed()
-    }
+        /// The secret hash key. Never log it.
+        ///
+        /// ```
+        /// use bloom_core::CountingBloomFilter;
+        ///
+        /// let f = CountingBloomFilter::builder().bits(1_024).hashes(3).seed(9).build()?;
+        /// assert_eq!(f.seed(), 9);
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        seed;
 
-    /// Memory held by the counters, in bytes.
-    ///
-    /// ```
-    /// use bloom_core::CountingBloomFilter;
-    ///
-    /// let f = CountingBloomFilter::builder().bits(1_024).hashes(3).build()?;
-    /// assert_eq!(f.size_in_bytes(), 512); // 1,024 counters of 4 bits
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn size_in_bytes(&self) -> usize {
-        self.words.len() * 8
+        /// Memory held by the counters, in bytes.
+        ///
+        /// ```
+        /// use bloom_core::CountingBloomFilter;
+        ///
+        /// let f = CountingBloomFilter::builder().bits(1_024).hashes(3).build()?;
+        /// assert_eq!(f.size_in_bytes(), 512); // 1,024 counters of 4 bits
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        size_in_bytes(words);
     }
 
     /// Counters that are not zero.

@@ -4,6 +4,7 @@
 
 use std::fmt;
 
+use crate::accessors::accessors;
 use crate::bit_vector::{BitVector, Line, WordFill};
 use crate::builder::{Builder, Parts};
 use crate::format::{FilterKind, WordBody};
@@ -55,22 +56,19 @@ pub struct BloomFilter {
 }
 
 impl BloomFilter {
-    /// A Blocked filter for `expected_items` keys at `false_positive_rate`, with a random
-    /// secret hash key.
-    ///
-    /// ```
-    /// use bloom_core::BloomFilter;
-    ///
-    /// let f = BloomFilter::new(1_000_000, 0.01)?;
-    /// assert_eq!((f.capacity(), f.target_fpr()), (Some(1_000_000), Some(0.01)));
-    /// assert!(BloomFilter::new(0, 0.01).is_err());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn new(expected_items: u64, false_positive_rate: f64) -> Result<Self, BuildError> {
-        Self::builder()
-            .expected_items(expected_items)
-            .false_positive_rate(false_positive_rate)
-            .build()
+    accessors! {
+        /// A Blocked filter for `expected_items` keys at `false_positive_rate`, with a random
+        /// secret hash key.
+        ///
+        /// ```
+        /// use bloom_core::BloomFilter;
+        ///
+        /// let f = BloomFilter::new(1_000_000, 0.01)?;
+        /// assert_eq!((f.capacity(), f.target_fpr()), (Some(1_000_000), Some(0.01)));
+        /// assert!(BloomFilter::new(0, 0.01).is_err());
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        new;
     }
 
     /// Starts configuring a filter.
@@ -224,7 +222,14 @@ impl BloomFilter {
         I: IntoIterator,
         I::Item: Key,
     {
-        self.pipelined(keys, |h| was_new(self.insert_hash(h)));
+        pipelined(
+            &self.hasher,
+            keys,
+            |h| self.prefetch(h),
+            |h| {
+                was_new(self.insert_hash(h));
+            },
+        );
     }
 
     /// Looks every key up; the answers are in the keys' order. Prefetches like
@@ -246,35 +251,15 @@ impl BloomFilter {
     {
         let keys = keys.into_iter();
         let mut found = Vec::with_capacity(keys.size_hint().0);
-        self.pipelined(keys, |h| found.push(self.contains_hash(h)));
+        pipelined(
+            &self.hasher,
+            keys,
+            |h| self.prefetch(h),
+            |h| {
+                found.push(self.contains_hash(h));
+            },
+        );
         found
-    }
-
-    /// Hashes each key and prefetches its lines `WINDOW` keys before handing its hash to
-    /// `then`, in the keys' order: a sliding window keeps `WINDOW` memory accesses in flight
-    /// all the time, where hashing a batch and then draining it would let them run dry at
-    /// every batch boundary.
-    #[inline]
-    fn pipelined<I>(&self, keys: I, mut then: impl FnMut(KeyHash))
-    where
-        I: IntoIterator,
-        I::Item: Key,
-    {
-        let mut ring = [KeyHash { h1: 0 }; WINDOW];
-        let mut hashed = 0usize;
-        for key in keys {
-            let h = self.hasher.hash(&key);
-            self.prefetch(h);
-            let slot = hashed % WINDOW;
-            if hashed >= WINDOW {
-                then(ring[slot]);
-            }
-            ring[slot] = h;
-            hashed += 1;
-        }
-        for i in hashed.saturating_sub(WINDOW)..hashed {
-            then(ring[i % WINDOW]);
-        }
     }
 
     #[inline(always)]
@@ -339,99 +324,87 @@ impl BloomFilter {
         }
     }
 
-    /// The number of bits, m.
-    ///
-    /// ```
-    /// use bloom_core::BloomFilter;
-    ///
-    /// let f = BloomFilter::builder().bits(1_000).hashes(3).build()?;
-    /// assert_eq!(f.num_bits(), 1_024); // Blocked: whole 512-bit blocks
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn num_bits(&self) -> u64 {
-        self.num_bits
-    }
+    accessors! {
+        /// The number of bits, m.
+        ///
+        /// ```
+        /// use bloom_core::BloomFilter;
+        ///
+        /// let f = BloomFilter::builder().bits(1_000).hashes(3).build()?;
+        /// assert_eq!(f.num_bits(), 1_024); // Blocked: whole 512-bit blocks
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        num_bits: u64;
 
-    /// The number of hash probes per key, k.
-    ///
-    /// ```
-    /// use bloom_core::BloomFilter;
-    ///
-    /// let f = BloomFilter::builder().bits(1_024).hashes(3).build()?;
-    /// assert_eq!(f.num_hashes(), 3);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn num_hashes(&self) -> u32 {
-        self.num_hashes
-    }
+        /// The number of hash probes per key, k.
+        ///
+        /// ```
+        /// use bloom_core::BloomFilter;
+        ///
+        /// let f = BloomFilter::builder().bits(1_024).hashes(3).build()?;
+        /// assert_eq!(f.num_hashes(), 3);
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        num_hashes: u32;
 
-    /// The layout.
-    ///
-    /// ```
-    /// use bloom_core::{BloomFilter, Layout};
-    ///
-    /// assert_eq!(BloomFilter::new(1_000, 0.01)?.layout(), Layout::Blocked);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn layout(&self) -> Layout {
-        self.layout
-    }
+        /// The layout.
+        ///
+        /// ```
+        /// use bloom_core::{BloomFilter, Layout};
+        ///
+        /// assert_eq!(BloomFilter::new(1_000, 0.01)?.layout(), Layout::Blocked);
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        layout: Layout;
 
-    /// The number of keys the filter was sized for, when it was sized by item count.
-    ///
-    /// ```
-    /// use bloom_core::BloomFilter;
-    ///
-    /// assert_eq!(BloomFilter::new(1_000, 0.01)?.capacity(), Some(1_000));
-    /// let sized = BloomFilter::builder().bits(1_024).hashes(3).build()?;
-    /// assert_eq!(sized.capacity(), None);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn capacity(&self) -> Option<u64> {
-        self.capacity
-    }
+        /// The number of keys the filter was sized for, when it was sized by item count.
+        ///
+        /// ```
+        /// use bloom_core::BloomFilter;
+        ///
+        /// assert_eq!(BloomFilter::new(1_000, 0.01)?.capacity(), Some(1_000));
+        /// let sized = BloomFilter::builder().bits(1_024).hashes(3).build()?;
+        /// assert_eq!(sized.capacity(), None);
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        capacity: Option<u64>;
 
-    /// The false-positive rate the filter was sized for: `None` when it was built from an
-    /// explicit size ([`Builder::bits`] and [`Builder::hashes`]) instead of a rate, since such a
-    /// filter has no target.
-    ///
-    /// ```
-    /// use bloom_core::BloomFilter;
-    ///
-    /// assert_eq!(BloomFilter::new(1_000, 0.01)?.target_fpr(), Some(0.01));
-    /// let sized = BloomFilter::builder().bits(1_024).hashes(3).build()?;
-    /// assert_eq!(sized.target_fpr(), None);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn target_fpr(&self) -> Option<f64> {
-        self.target_fpr
-    }
+        /// The false-positive rate the filter was sized for: `None` when it was built from an
+        /// explicit size ([`Builder::bits`] and [`Builder::hashes`]) instead of a rate, since such a
+        /// filter has no target.
+        ///
+        /// ```
+        /// use bloom_core::BloomFilter;
+        ///
+        /// assert_eq!(BloomFilter::new(1_000, 0.01)?.target_fpr(), Some(0.01));
+        /// let sized = BloomFilter::builder().bits(1_024).hashes(3).build()?;
+        /// assert_eq!(sized.target_fpr(), None);
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        target_fpr: Option<f64>;
 
-    /// The secret 128-bit hash key. Two filters can be merged only if their keys are equal.
-    /// Anyone who has it can craft keys the filter wrongly lets through: do not log it.
-    ///
-    /// ```
-    /// use bloom_core::BloomFilter;
-    ///
-    /// let f = BloomFilter::builder().bits(1_024).hashes(3).seed(9).build()?;
-    /// assert_eq!(f.seed(), 9);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn seed(&self) -> u128 {
-        self.hasher.seed()
-    }
+        /// The secret 128-bit hash key. Two filters can be merged only if their keys are equal.
+        /// Anyone who has it can craft keys the filter wrongly lets through: do not log it.
+        ///
+        /// ```
+        /// use bloom_core::BloomFilter;
+        ///
+        /// let f = BloomFilter::builder().bits(1_024).hashes(3).seed(9).build()?;
+        /// assert_eq!(f.seed(), 9);
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        seed;
 
-    /// Memory held by the bit array, in bytes.
-    ///
-    /// ```
-    /// use bloom_core::BloomFilter;
-    ///
-    /// let f = BloomFilter::builder().bits(1_024).hashes(3).build()?;
-    /// assert_eq!(f.size_in_bytes(), 128);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn size_in_bytes(&self) -> usize {
-        self.bits.len() * 8
+        /// Memory held by the bit array, in bytes.
+        ///
+        /// ```
+        /// use bloom_core::BloomFilter;
+        ///
+        /// let f = BloomFilter::builder().bits(1_024).hashes(3).build()?;
+        /// assert_eq!(f.size_in_bytes(), 128);
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        size_in_bytes(bits);
     }
 
     /// The number of set bits (an O(m) scan).
@@ -812,6 +785,38 @@ impl BloomFilter {
                 true
             }),
         }
+    }
+}
+
+/// Hashes each key and calls `prefetch` with its hash `WINDOW` keys before handing the hash
+/// to `then`, in the keys' order: a sliding window keeps `WINDOW` memory accesses in flight
+/// all the time, where hashing a batch and then draining it would let them run dry at every
+/// batch boundary. The batch forms of [`BloomFilter`] and of
+/// [`WindowedFilter`](crate::WindowedFilter) run through it.
+#[inline]
+pub(crate) fn pipelined<I>(
+    hasher: &KeyHasher,
+    keys: I,
+    prefetch: impl Fn(KeyHash),
+    mut then: impl FnMut(KeyHash),
+) where
+    I: IntoIterator,
+    I::Item: Key,
+{
+    let mut ring = [KeyHash { h1: 0 }; WINDOW];
+    let mut hashed = 0usize;
+    for key in keys {
+        let h = hasher.hash(&key);
+        prefetch(h);
+        let slot = hashed % WINDOW;
+        if hashed >= WINDOW {
+            then(ring[slot]);
+        }
+        ring[slot] = h;
+        hashed += 1;
+    }
+    for i in hashed.saturating_sub(WINDOW)..hashed {
+        then(ring[i % WINDOW]);
     }
 }
 

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod accessors;
 mod any;
 mod bit_vector;
 mod builder;
@@ -14,6 +15,7 @@ mod layout;
 pub mod params;
 mod probe;
 mod scalable;
+mod sizing;
 mod snapshot;
 mod sync;
 pub mod windowed;

@@ -20,6 +20,7 @@
 //!   takes the smallest whole number of blocks meeting `p`: at n = 10⁶, 10.10 bits per item
 //!   at 1% and 15.73 at 0.1% (Blocked: 9.92 and 15.55).
 
+use crate::sizing::{check_items_and_rate, check_size, too_large};
 use crate::{BuildError, Layout};
 
 /// Bits in one block of the Blocked layout: one 64-byte cache line.
@@ -87,12 +88,7 @@ fn first_meeting(mut lo: u64, mut hi: u64, meets: impl Fn(u64) -> bool) -> u64 {
 fn classic_bits(n: u64, p: f64) -> Result<u64, BuildError> {
     let ln2 = std::f64::consts::LN_2;
     let m = (-(n as f64) * p.ln() / (ln2 * ln2)).ceil();
-    if m > MAX_BITS as f64 {
-        return Err(BuildError::TooLarge {
-            bits: m,
-            max: MAX_BITS,
-        });
-    }
+    check_size(m)?;
     Ok((m as u64).max(1))
 }
 
@@ -112,10 +108,7 @@ pub fn optimal_blocked(n: u64, p: f64) -> Result<Params, BuildError> {
     let mut hi = lo.saturating_mul(2);
     loop {
         if hi.saturating_mul(BLOCK_BITS) > MAX_BITS {
-            return Err(BuildError::TooLarge {
-                bits: hi as f64 * BLOCK_BITS as f64,
-                max: MAX_BITS,
-            });
+            return Err(too_large(hi as f64 * BLOCK_BITS as f64));
         }
         if best_blocked_hashes(hi * BLOCK_BITS, n).1 <= p {
             break;
@@ -135,10 +128,7 @@ pub fn optimal_blocked(n: u64, p: f64) -> Result<Params, BuildError> {
         lo = hi + 1;
         hi = hi.saturating_add((hi / 256).max(1));
         if hi.saturating_mul(BLOCK_BITS) > MAX_BITS {
-            return Err(BuildError::TooLarge {
-                bits: hi as f64 * BLOCK_BITS as f64,
-                max: MAX_BITS,
-            });
+            return Err(too_large(hi as f64 * BLOCK_BITS as f64));
         }
     }
     let bits = first_meeting(lo, hi, meets) * BLOCK_BITS;
@@ -162,10 +152,6 @@ pub fn optimal_blocked(n: u64, p: f64) -> Result<Params, BuildError> {
 /// ```
 pub fn optimal_split_block(n: u64, p: f64) -> Result<Params, BuildError> {
     check_items_and_rate(n, p)?;
-    let too_large = |blocks: u64| BuildError::TooLarge {
-        bits: blocks as f64 * BLOCK_BITS as f64,
-        max: MAX_BITS,
-    };
     let meets = |blocks: u64| split_block_fpr(blocks * BLOCK_BITS, n as f64) <= p;
     // Never fewer bits than Classic needs; widen until enough (the rate falls to 0 as the
     // blocks grow, so this ends, at the latest at MAX_BITS). Only Classic's bits: its `k`
@@ -176,7 +162,7 @@ pub fn optimal_split_block(n: u64, p: f64) -> Result<Params, BuildError> {
         lo = hi + 1;
         hi = hi.saturating_mul(2);
         if hi.saturating_mul(BLOCK_BITS) > MAX_BITS {
-            return Err(too_large(hi));
+            return Err(too_large(hi as f64 * BLOCK_BITS as f64));
         }
     }
     Ok(Params {
@@ -434,16 +420,6 @@ fn best_blocked_hashes_exact(bits: u64, items: u64) -> (u32, f64) {
         }
     }
     best
-}
-
-pub(crate) fn check_items_and_rate(n: u64, p: f64) -> Result<(), BuildError> {
-    if n == 0 {
-        return Err(BuildError::ZeroItems);
-    }
-    if !(p > 0.0 && p < 1.0) {
-        return Err(BuildError::InvalidFalsePositiveRate(p));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

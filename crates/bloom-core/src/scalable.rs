@@ -58,7 +58,7 @@ pub(crate) struct Config {
 impl Config {
     /// The builder's checks; a file whose settings fail them is refused.
     pub(crate) fn check(&self) -> Result<(), BuildError> {
-        crate::params::check_items_and_rate(self.initial_capacity, self.fpr)?;
+        crate::sizing::check_items_and_rate(self.initial_capacity, self.fpr)?;
         if !(self.growth.is_finite() && self.growth >= 1.0) {
             return Err(BuildError::InvalidGrowthFactor(self.growth));
         }
@@ -198,10 +198,7 @@ impl ScalableBuilder {
     pub fn build(self) -> Result<ScalableBloomFilter, BuildError> {
         let c = self.config;
         c.check()?;
-        let hasher = match self.seed {
-            Some(seed) => KeyHasher::new(seed),
-            None => KeyHasher::random().map_err(BuildError::Random)?,
-        };
+        let hasher = crate::sizing::hasher(self.seed)?;
         let first = c.build_stage(0, hasher.seed())?;
         Ok(ScalableBloomFilter::from_stages(
             c,

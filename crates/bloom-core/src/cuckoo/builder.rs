@@ -13,9 +13,7 @@
 //! load at which inserts start to fail (measured in `tests/cuckoo.rs`). A bucket is
 //! `4f − 4` bits (semi-sorted), so memory is `(4f − 4)/(4·0.95)` bits per key.
 
-use crate::BuildError;
-use crate::hasher::KeyHasher;
-use crate::params::MAX_BITS;
+use crate::{BuildError, sizing};
 
 use super::bucket::{MAX_FINGERPRINT_BITS, MIN_FINGERPRINT_BITS, SLOTS, Shape};
 use super::filter::CuckooFilter;
@@ -55,76 +53,63 @@ pub struct CuckooBuilder {
 }
 
 impl CuckooBuilder {
-    /// The number of keys to size for: they fill it to 95 % of its slots.
-    ///
-    /// ```
-    /// use bloom_core::CuckooFilter;
-    ///
-    /// let f = CuckooFilter::builder().expected_items(950).false_positive_rate(0.01).build()?;
-    /// assert_eq!(f.num_buckets(), 250);
-    /// # Ok::<(), bloom_core::BuildError>(())
-    /// ```
-    pub fn expected_items(mut self, n: u64) -> Self {
-        self.expected_items = Some(n);
-        self
-    }
+    sizing::setters! {
+        /// The number of keys to size for: they fill it to 95 % of its slots.
+        ///
+        /// ```
+        /// use bloom_core::CuckooFilter;
+        ///
+        /// let f = CuckooFilter::builder().expected_items(950).false_positive_rate(0.01).build()?;
+        /// assert_eq!(f.num_buckets(), 250);
+        /// # Ok::<(), bloom_core::BuildError>(())
+        /// ```
+        expected_items(n: u64) => Some(n);
 
-    /// The false-positive rate at `expected_items`; at least about 0.0001 (fingerprints of
-    /// at most 17 bits).
-    ///
-    /// ```
-    /// use bloom_core::CuckooFilter;
-    ///
-    /// let f = CuckooFilter::builder().expected_items(1_000).false_positive_rate(0.0001).build()?;
-    /// assert_eq!(f.fingerprint_bits(), 17);
-    /// # Ok::<(), bloom_core::BuildError>(())
-    /// ```
-    pub fn false_positive_rate(mut self, p: f64) -> Self {
-        self.false_positive_rate = Some(p);
-        self
-    }
+        /// The false-positive rate at `expected_items`; at least about 0.0001 (fingerprints of
+        /// at most 17 bits).
+        ///
+        /// ```
+        /// use bloom_core::CuckooFilter;
+        ///
+        /// let f = CuckooFilter::builder().expected_items(1_000).false_positive_rate(0.0001).build()?;
+        /// assert_eq!(f.fingerprint_bits(), 17);
+        /// # Ok::<(), bloom_core::BuildError>(())
+        /// ```
+        false_positive_rate(p: f64) => Some(p);
 
-    /// An explicit number of buckets (four slots each), instead of `expected_items`.
-    ///
-    /// ```
-    /// use bloom_core::CuckooFilter;
-    ///
-    /// let f = CuckooFilter::builder().buckets(7).fingerprint_bits(9).build()?;
-    /// assert_eq!((f.num_buckets(), f.capacity()), (7, None));
-    /// # Ok::<(), bloom_core::BuildError>(())
-    /// ```
-    pub fn buckets(mut self, m: u64) -> Self {
-        self.buckets = Some(m);
-        self
-    }
+        /// An explicit number of buckets (four slots each), instead of `expected_items`.
+        ///
+        /// ```
+        /// use bloom_core::CuckooFilter;
+        ///
+        /// let f = CuckooFilter::builder().buckets(7).fingerprint_bits(9).build()?;
+        /// assert_eq!((f.num_buckets(), f.capacity()), (7, None));
+        /// # Ok::<(), bloom_core::BuildError>(())
+        /// ```
+        buckets(m: u64) => Some(m);
 
-    /// An explicit fingerprint width, 5 to 17 bits, instead of `false_positive_rate`.
-    ///
-    /// ```
-    /// use bloom_core::CuckooFilter;
-    ///
-    /// assert!(CuckooFilter::builder().buckets(7).fingerprint_bits(18).build().is_err());
-    /// ```
-    pub fn fingerprint_bits(mut self, f: u32) -> Self {
-        self.fingerprint_bits = Some(f);
-        self
-    }
+        /// An explicit fingerprint width, 5 to 17 bits, instead of `false_positive_rate`.
+        ///
+        /// ```
+        /// use bloom_core::CuckooFilter;
+        ///
+        /// assert!(CuckooFilter::builder().buckets(7).fingerprint_bits(18).build().is_err());
+        /// ```
+        fingerprint_bits(f: u32) => Some(f);
 
-    /// The secret hash key; random (from the OS) if not set.
-    ///
-    /// ```
-    /// use bloom_core::CuckooFilter;
-    ///
-    /// let a = CuckooFilter::builder().buckets(64).fingerprint_bits(12).seed(9).build()?;
-    /// let b = CuckooFilter::builder().buckets(64).fingerprint_bits(12).seed(9).build()?;
-    /// a.insert("k")?;
-    /// b.insert("k")?;
-    /// assert_eq!(a.to_bytes(), b.to_bytes());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn seed(mut self, seed: u128) -> Self {
-        self.seed = Some(seed);
-        self
+        /// The secret hash key; random (from the OS) if not set.
+        ///
+        /// ```
+        /// use bloom_core::CuckooFilter;
+        ///
+        /// let a = CuckooFilter::builder().buckets(64).fingerprint_bits(12).seed(9).build()?;
+        /// let b = CuckooFilter::builder().buckets(64).fingerprint_bits(12).seed(9).build()?;
+        /// a.insert("k")?;
+        /// b.insert("k")?;
+        /// assert_eq!(a.to_bytes(), b.to_bytes());
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        seed(seed: u128) => Some(seed);
     }
 
     /// Builds the filter, or says which setting to change.
@@ -138,20 +123,10 @@ impl CuckooBuilder {
     pub fn build(self) -> Result<CuckooFilter, BuildError> {
         let (buckets, fingerprint_bits, capacity, target_fpr) = self.sizing()?;
         let shape = Shape { fingerprint_bits };
-        let bits = buckets as f64 * f64::from(shape.bucket_bits());
-        if bits > MAX_BITS as f64 {
-            return Err(BuildError::TooLarge {
-                bits,
-                max: MAX_BITS,
-            });
-        }
-        let hasher = match self.seed {
-            Some(seed) => KeyHasher::new(seed),
-            None => KeyHasher::random().map_err(BuildError::Random)?,
-        };
+        sizing::check_size(buckets as f64 * f64::from(shape.bucket_bits()))?;
         Ok(CuckooFilter::from_parts(
             Table::new(buckets, shape, None),
-            hasher,
+            sizing::hasher(self.seed)?,
             capacity,
             target_fpr,
         ))
@@ -197,9 +172,7 @@ impl CuckooBuilder {
 
 /// The smallest fingerprint width whose rate at [`DESIGN_LOAD`] is at most `p`.
 fn fingerprint_bits_for(p: f64) -> Result<u32, BuildError> {
-    if !(p > 0.0 && p < 1.0) {
-        return Err(BuildError::InvalidFalsePositiveRate(p));
-    }
+    sizing::check_rate(p)?;
     (MIN_FINGERPRINT_BITS..=MAX_FINGERPRINT_BITS)
         .find(|&f| false_positive_rate(f, DESIGN_LOAD) <= p)
         .ok_or(BuildError::CuckooRateTooLow {

@@ -3,6 +3,7 @@
 use std::fmt;
 
 use crate::Key;
+use crate::accessors::accessors;
 use crate::hasher::KeyHasher;
 use crate::sync::{AtomicU64, Ordering::Relaxed};
 
@@ -52,21 +53,18 @@ pub struct CuckooFilter {
 }
 
 impl CuckooFilter {
-    /// A filter for `expected_items` keys at `false_positive_rate`, with a random secret
-    /// hash key (see [`CuckooBuilder`] for how it is sized).
-    ///
-    /// ```
-    /// use bloom_core::CuckooFilter;
-    ///
-    /// let f = CuckooFilter::new(1_000, 0.01)?;
-    /// assert_eq!((f.capacity(), f.target_fpr()), (Some(1_000), Some(0.01)));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn new(expected_items: u64, false_positive_rate: f64) -> Result<Self, crate::BuildError> {
-        Self::builder()
-            .expected_items(expected_items)
-            .false_positive_rate(false_positive_rate)
-            .build()
+    accessors! {
+        /// A filter for `expected_items` keys at `false_positive_rate`, with a random secret
+        /// hash key (see [`CuckooBuilder`] for how it is sized).
+        ///
+        /// ```
+        /// use bloom_core::CuckooFilter;
+        ///
+        /// let f = CuckooFilter::new(1_000, 0.01)?;
+        /// assert_eq!((f.capacity(), f.target_fpr()), (Some(1_000), Some(0.01)));
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        new;
     }
 
     /// Starts configuring a cuckoo filter.
@@ -375,41 +373,37 @@ impl CuckooFilter {
         self.len() as f64 / self.slots() as f64
     }
 
-    /// The number of keys it was sized for; `None` if it was sized by buckets.
-    ///
-    /// ```
-    /// use bloom_core::CuckooFilter;
-    ///
-    /// assert_eq!(CuckooFilter::new(500, 0.01)?.capacity(), Some(500));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn capacity(&self) -> Option<u64> {
-        self.capacity
-    }
+    accessors! {
+        /// The number of keys it was sized for; `None` if it was sized by buckets.
+        ///
+        /// ```
+        /// use bloom_core::CuckooFilter;
+        ///
+        /// assert_eq!(CuckooFilter::new(500, 0.01)?.capacity(), Some(500));
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        capacity: Option<u64>;
 
-    /// The false-positive rate it was sized for; `None` if it was sized by buckets.
-    ///
-    /// ```
-    /// use bloom_core::CuckooFilter;
-    ///
-    /// assert_eq!(CuckooFilter::new(500, 0.001)?.target_fpr(), Some(0.001));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn target_fpr(&self) -> Option<f64> {
-        self.target_fpr
-    }
+        /// The false-positive rate it was sized for; `None` if it was sized by buckets.
+        ///
+        /// ```
+        /// use bloom_core::CuckooFilter;
+        ///
+        /// assert_eq!(CuckooFilter::new(500, 0.001)?.target_fpr(), Some(0.001));
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        target_fpr: Option<f64>;
 
-    /// The secret hash key. Never log it.
-    ///
-    /// ```
-    /// use bloom_core::CuckooFilter;
-    ///
-    /// let f = CuckooFilter::builder().expected_items(10).false_positive_rate(0.01).seed(3).build()?;
-    /// assert_eq!(f.seed(), 3);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn seed(&self) -> u128 {
-        self.hasher.seed()
+        /// The secret hash key. Never log it.
+        ///
+        /// ```
+        /// use bloom_core::CuckooFilter;
+        ///
+        /// let f = CuckooFilter::builder().expected_items(10).false_positive_rate(0.01).seed(3).build()?;
+        /// assert_eq!(f.seed(), 3);
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        seed;
     }
 
     /// Memory held, in bytes: the buckets and the stripe versions.

@@ -10,6 +10,8 @@
 //!   than it began plus one, so a version seen twice, even, brackets reads no writer
 //!   overlapped (`tests/loom_cuckoo.rs`).
 
+use std::ops::ControlFlow;
+
 use crate::sync::{AtomicU64, Ordering, fence, spin};
 
 use super::bucket::Shape;
@@ -140,22 +142,7 @@ impl Table {
     /// nothing; it waits only while a writer is changing one of the two buckets.
     #[inline]
     pub(crate) fn read_pair(&self, a: u64, b: u64) -> (u64, u64) {
-        let (sa, sb) = (
-            &self.stripes[self.stripe_of(a)],
-            &self.stripes[self.stripe_of(b)],
-        );
-        loop {
-            let va = sa.load(Ordering::Acquire);
-            let vb = sb.load(Ordering::Acquire);
-            if (va | vb) & 1 == 0 {
-                let (ba, bb) = (self.load(a), self.load(b));
-                fence(Ordering::Acquire);
-                if sa.load(Ordering::Relaxed) == va && sb.load(Ordering::Relaxed) == vb {
-                    return (ba, bb);
-                }
-            }
-            spin();
-        }
+        self.read_validated(a, b, || ControlFlow::Continue((self.load(a), self.load(b))))
     }
 
     /// Whether `found` holds for bucket `a` or `b`: `true` as soon as it holds for one as read
@@ -163,6 +150,21 @@ impl Table {
     /// a read of both validated like [`read_pair`](Self::read_pair)'s. The lookup's path.
     #[inline]
     pub(crate) fn read_pair_until(&self, a: u64, b: u64, found: impl Fn(u64) -> bool) -> bool {
+        self.read_validated(a, b, || {
+            if found(self.load(a)) || found(self.load(b)) {
+                ControlFlow::Break(true)
+            } else {
+                ControlFlow::Continue(false)
+            }
+        })
+    }
+
+    /// The seqlock read of buckets `a` and `b`: runs `read` once both stripes' versions read
+    /// even, then returns a `Break` at once and a `Continue` only if the versions, read again
+    /// after an acquire fence, are unchanged; otherwise runs `read` again. Rule: a `Continue`
+    /// value comes from bucket reads no writer's hold overlapped (`tests/loom_cuckoo.rs`).
+    #[inline(always)]
+    fn read_validated<T>(&self, a: u64, b: u64, mut read: impl FnMut() -> ControlFlow<T, T>) -> T {
         let (sa, sb) = (
             &self.stripes[self.stripe_of(a)],
             &self.stripes[self.stripe_of(b)],
@@ -171,12 +173,14 @@ impl Table {
             let va = sa.load(Ordering::Acquire);
             let vb = sb.load(Ordering::Acquire);
             if (va | vb) & 1 == 0 {
-                if found(self.load(a)) || found(self.load(b)) {
-                    return true;
-                }
-                fence(Ordering::Acquire);
-                if sa.load(Ordering::Relaxed) == va && sb.load(Ordering::Relaxed) == vb {
-                    return false;
+                match read() {
+                    ControlFlow::Break(answer) => return answer,
+                    ControlFlow::Continue(answer) => {
+                        fence(Ordering::Acquire);
+                        if sa.load(Ordering::Relaxed) == va && sb.load(Ordering::Relaxed) == vb {
+                            return answer;
+                        }
+                    }
                 }
             }
             spin();

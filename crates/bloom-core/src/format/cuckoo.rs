@@ -13,9 +13,6 @@ use crate::hasher::KeyHasher;
 use crate::params::MAX_BITS;
 use crate::sync::AtomicU64;
 
-/// Bytes written or read at a time.
-const CHUNK: usize = 64 * 1024;
-
 /// A cuckoo filter's header, parsed and validated.
 struct CuckooHeader {
     shape: Shape,
@@ -174,15 +171,7 @@ impl CuckooFilter {
         let header = CuckooHeader::of(self);
         let mut out = Summed::new(w);
         out.write_all(&header.encode())?;
-        let mut buf = Vec::with_capacity(CHUNK.min(header.num_words as usize * 8));
-        for word in self.table.body() {
-            buf.extend_from_slice(&word.to_le_bytes());
-            if buf.len() >= CHUNK {
-                out.write_all(&buf)?;
-                buf.clear();
-            }
-        }
-        out.write_all(&buf)?;
+        super::words::write_body(&mut out, header.num_words, self.table.body())?;
         out.finish()
     }
 

@@ -17,9 +17,10 @@
 
 use super::DecodeError;
 use crate::Layout;
-use crate::builder::{Parts, check_hashes, round_bits};
+use crate::builder::Parts;
 use crate::hasher::KeyHasher;
 use crate::scalable::Config;
+use crate::sizing::{check_hashes, round_bits};
 
 /// The first eight bytes of every file. The high byte catches 7-bit transfers, the CR LF pair
 /// newline translation, 0x1A a DOS `type` (the same trick as PNG's signature).

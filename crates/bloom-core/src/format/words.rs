@@ -64,7 +64,18 @@ fn write_words<W: Write + ?Sized>(
 ) -> io::Result<()> {
     let mut out = Summed::new(w);
     out.write_all(&header.encode())?;
-    let chunk_len = (header.num_words as usize * 8).min(CHUNK);
+    write_body(&mut out, header.num_words, words)?;
+    out.finish()
+}
+
+/// Writes `num_words` words little-endian, [`CHUNK`] bytes at a time (a plain, counting or
+/// cuckoo filter's body).
+pub(crate) fn write_body<W: Write + ?Sized>(
+    out: &mut W,
+    num_words: u64,
+    words: impl Iterator<Item = u64>,
+) -> io::Result<()> {
+    let chunk_len = (num_words as usize * 8).min(CHUNK);
     let mut buf = Vec::with_capacity(chunk_len);
     for word in words {
         buf.extend_from_slice(&word.to_le_bytes());
@@ -73,8 +84,7 @@ fn write_words<W: Write + ?Sized>(
             buf.clear();
         }
     }
-    out.write_all(&buf)?;
-    out.finish()
+    out.write_all(&buf)
 }
 
 /// Parses exactly `bytes` as a file of `F`'s kind.
@@ -296,136 +306,156 @@ fn check_tail<F: WordBody>(
     }
 }
 
+/// A [`WordBody`] filter's `to_bytes`, `write_to`, `from_bytes` and `read_from`, the file
+/// functions above as inherent methods, each with the rustdoc written before its name.
+macro_rules! file_methods {
+    ($($(#[$attr:meta])* $name:ident;)*) => {
+        $(file_methods!(@one $name $(#[$attr])*);)*
+    };
+    (@one to_bytes $(#[$attr:meta])*) => {
+        $(#[$attr])*
+        pub fn to_bytes(&self) -> Vec<u8> {
+            to_bytes(self)
+        }
+    };
+    (@one write_to $(#[$attr:meta])*) => {
+        $(#[$attr])*
+        pub fn write_to<W: Write + ?Sized>(&self, w: &mut W) -> io::Result<()> {
+            write_to(self, w)
+        }
+    };
+    (@one from_bytes $(#[$attr:meta])*) => {
+        $(#[$attr])*
+        pub fn from_bytes(bytes: &[u8]) -> Result<Self, DecodeError> {
+            from_bytes(bytes)
+        }
+    };
+    (@one read_from $(#[$attr:meta])*) => {
+        $(#[$attr])*
+        pub fn read_from<R: Read + ?Sized>(r: &mut R) -> Result<Self, DecodeError> {
+            read_from(r)
+        }
+    };
+}
+
 impl BloomFilter {
-    /// The filter in the file format (see `docs/FORMAT.md`). It contains the secret hash
-    /// key: store it like a credential.
-    ///
-    /// ```
-    /// use bloom_core::BloomFilter;
-    ///
-    /// let f = BloomFilter::new(1_000, 0.01)?;
-    /// f.insert("a");
-    /// let copy = BloomFilter::from_bytes(&f.to_bytes())?;
-    /// assert!(copy.contains("a"));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn to_bytes(&self) -> Vec<u8> {
-        to_bytes(self)
-    }
+    file_methods! {
+        /// The filter in the file format (see `docs/FORMAT.md`). It contains the secret hash
+        /// key: store it like a credential.
+        ///
+        /// ```
+        /// use bloom_core::BloomFilter;
+        ///
+        /// let f = BloomFilter::new(1_000, 0.01)?;
+        /// f.insert("a");
+        /// let copy = BloomFilter::from_bytes(&f.to_bytes())?;
+        /// assert!(copy.contains("a"));
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        to_bytes;
 
-    /// Writes [`to_bytes`](Self::to_bytes)'s output to `w` without building it in memory.
-    ///
-    /// ```
-    /// use bloom_core::BloomFilter;
-    ///
-    /// let f = BloomFilter::new(1_000, 0.01)?;
-    /// let mut file = Vec::new();
-    /// f.write_to(&mut file)?;
-    /// assert_eq!(file, f.to_bytes());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn write_to<W: Write + ?Sized>(&self, w: &mut W) -> io::Result<()> {
-        write_to(self, w)
-    }
+        /// Writes [`to_bytes`](Self::to_bytes)'s output to `w` without building it in memory.
+        ///
+        /// ```
+        /// use bloom_core::BloomFilter;
+        ///
+        /// let f = BloomFilter::new(1_000, 0.01)?;
+        /// let mut file = Vec::new();
+        /// f.write_to(&mut file)?;
+        /// assert_eq!(file, f.to_bytes());
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        write_to;
 
-    /// Reads a filter from exactly `bytes`; any defect is a distinct [`DecodeError`].
-    ///
-    /// ```
-    /// use bloom_core::{BloomFilter, DecodeError};
-    ///
-    /// let bytes = BloomFilter::new(1_000, 0.01)?.to_bytes();
-    /// assert!(BloomFilter::from_bytes(&bytes).is_ok());
-    /// assert!(matches!(
-    ///     BloomFilter::from_bytes(&bytes[..100]),
-    ///     Err(DecodeError::Truncated { .. })
-    /// ));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn from_bytes(bytes: &[u8]) -> Result<Self, DecodeError> {
-        from_bytes(bytes)
-    }
+        /// Reads a filter from exactly `bytes`; any defect is a distinct [`DecodeError`].
+        ///
+        /// ```
+        /// use bloom_core::{BloomFilter, DecodeError};
+        ///
+        /// let bytes = BloomFilter::new(1_000, 0.01)?.to_bytes();
+        /// assert!(BloomFilter::from_bytes(&bytes).is_ok());
+        /// assert!(matches!(
+        ///     BloomFilter::from_bytes(&bytes[..100]),
+        ///     Err(DecodeError::Truncated { .. })
+        /// ));
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        from_bytes;
 
-    /// Reads one filter from `r`, which must hold exactly one filter: bytes after it are an
-    /// error ([`DecodeError::TrailingBytes`]). Memory grows only as data arrives, so a
-    /// header that claims a huge filter cannot make it allocate more than the input backs.
-    ///
-    /// ```
-    /// use bloom_core::BloomFilter;
-    ///
-    /// let f = BloomFilter::new(1_000, 0.01)?;
-    /// let mut bytes = f.to_bytes();
-    /// let copy = BloomFilter::read_from(&mut bytes.as_slice())?;
-    /// assert_eq!(copy.num_bits(), f.num_bits());
-    /// bytes.push(0);
-    /// assert!(BloomFilter::read_from(&mut bytes.as_slice()).is_err()); // trailing byte
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn read_from<R: Read + ?Sized>(r: &mut R) -> Result<Self, DecodeError> {
-        read_from(r)
+        /// Reads one filter from `r`, which must hold exactly one filter: bytes after it are an
+        /// error ([`DecodeError::TrailingBytes`]). Memory grows only as data arrives, so a
+        /// header that claims a huge filter cannot make it allocate more than the input backs.
+        ///
+        /// ```
+        /// use bloom_core::BloomFilter;
+        ///
+        /// let f = BloomFilter::new(1_000, 0.01)?;
+        /// let mut bytes = f.to_bytes();
+        /// let copy = BloomFilter::read_from(&mut bytes.as_slice())?;
+        /// assert_eq!(copy.num_bits(), f.num_bits());
+        /// bytes.push(0);
+        /// assert!(BloomFilter::read_from(&mut bytes.as_slice()).is_err()); // trailing byte
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        read_from;
     }
 }
 
 impl CountingBloomFilter {
-    /// The filter in the file format, kind "counting" (see `docs/FORMAT.md`).
-    ///
-    /// ```
-    /// use bloom_core::CountingBloomFilter;
-    ///
-    /// let f = CountingBloomFilter::new(1_000, 0.01)?;
-    /// f.insert("a");
-    /// let copy = CountingBloomFilter::from_bytes(&f.to_bytes())?;
-    /// assert!(copy.contains("a"));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn to_bytes(&self) -> Vec<u8> {
-        to_bytes(self)
-    }
+    file_methods! {
+        /// The filter in the file format, kind "counting" (see `docs/FORMAT.md`).
+        ///
+        /// ```
+        /// use bloom_core::CountingBloomFilter;
+        ///
+        /// let f = CountingBloomFilter::new(1_000, 0.01)?;
+        /// f.insert("a");
+        /// let copy = CountingBloomFilter::from_bytes(&f.to_bytes())?;
+        /// assert!(copy.contains("a"));
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        to_bytes;
 
-    /// Writes [`to_bytes`](Self::to_bytes)'s output to `w`.
-    ///
-    /// ```
-    /// use bloom_core::CountingBloomFilter;
-    ///
-    /// let f = CountingBloomFilter::new(1_000, 0.01)?;
-    /// let mut file = Vec::new();
-    /// f.write_to(&mut file)?;
-    /// assert_eq!(file, f.to_bytes());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn write_to<W: Write + ?Sized>(&self, w: &mut W) -> io::Result<()> {
-        write_to(self, w)
-    }
+        /// Writes [`to_bytes`](Self::to_bytes)'s output to `w`.
+        ///
+        /// ```
+        /// use bloom_core::CountingBloomFilter;
+        ///
+        /// let f = CountingBloomFilter::new(1_000, 0.01)?;
+        /// let mut file = Vec::new();
+        /// f.write_to(&mut file)?;
+        /// assert_eq!(file, f.to_bytes());
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        write_to;
 
-    /// Reads a counting filter from exactly `bytes`.
-    ///
-    /// ```
-    /// use bloom_core::CountingBloomFilter;
-    ///
-    /// let f = CountingBloomFilter::new(1_000, 0.01)?;
-    /// f.insert("a");
-    /// let copy = CountingBloomFilter::from_bytes(&f.to_bytes())?;
-    /// assert!(copy.remove("a"));
-    /// // A plain filter's file is refused: it has no counters.
-    /// let plain = bloom_core::BloomFilter::new(1_000, 0.01)?;
-    /// assert!(CountingBloomFilter::from_bytes(&plain.to_bytes()).is_err());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn from_bytes(bytes: &[u8]) -> Result<Self, DecodeError> {
-        from_bytes(bytes)
-    }
+        /// Reads a counting filter from exactly `bytes`.
+        ///
+        /// ```
+        /// use bloom_core::CountingBloomFilter;
+        ///
+        /// let f = CountingBloomFilter::new(1_000, 0.01)?;
+        /// f.insert("a");
+        /// let copy = CountingBloomFilter::from_bytes(&f.to_bytes())?;
+        /// assert!(copy.remove("a"));
+        /// // A plain filter's file is refused: it has no counters.
+        /// let plain = bloom_core::BloomFilter::new(1_000, 0.01)?;
+        /// assert!(CountingBloomFilter::from_bytes(&plain.to_bytes()).is_err());
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        from_bytes;
 
-    /// Reads one counting filter from `r`, which must end right after it.
-    ///
-    /// ```
-    /// use bloom_core::CountingBloomFilter;
-    ///
-    /// let f = CountingBloomFilter::new(1_000, 0.01)?;
-    /// let bytes = f.to_bytes();
-    /// let copy = CountingBloomFilter::read_from(&mut bytes.as_slice())?;
-    /// assert_eq!(copy.num_slots(), f.num_slots());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn read_from<R: Read + ?Sized>(r: &mut R) -> Result<Self, DecodeError> {
-        read_from(r)
+        /// Reads one counting filter from `r`, which must end right after it.
+        ///
+        /// ```
+        /// use bloom_core::CountingBloomFilter;
+        ///
+        /// let f = CountingBloomFilter::new(1_000, 0.01)?;
+        /// let bytes = f.to_bytes();
+        /// let copy = CountingBloomFilter::read_from(&mut bytes.as_slice())?;
+        /// assert_eq!(copy.num_slots(), f.num_slots());
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        read_from;
     }
 }

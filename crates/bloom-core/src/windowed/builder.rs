@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{BloomFilter, BuildError, Layout};
+use crate::{BloomFilter, BuildError, Layout, sizing};
 
 use super::clock::{Clock, SystemClock};
 use super::filter::WindowedFilter;
@@ -79,91 +79,67 @@ impl WindowedBuilder {
         }
     }
 
-    /// Keys inserted per window (at most; more raise the false-positive rate).
-    pub fn expected_items(mut self, n: u64) -> Self {
-        self.expected_items = Some(n);
-        self
-    }
+    sizing::setters! {
+        /// Keys inserted per window (at most; more raise the false-positive rate).
+        expected_items(n: u64) => Some(n);
 
-    /// The rate of wrong "seen" answers, for any length of stream at `expected_items` per
-    /// window.
-    pub fn false_positive_rate(mut self, p: f64) -> Self {
-        self.false_positive_rate = Some(p);
-        self
-    }
+        /// The rate of wrong "seen" answers, for any length of stream at `expected_items` per
+        /// window.
+        false_positive_rate(p: f64) => Some(p);
 
-    /// `N`, the generations a lookup tests (2 to 64, default 4): keys fade out between `W`
-    /// and `W·N/(N − 1)` after their insert; more generations fade them closer to `W` at the
-    /// cost of a probe each.
-    ///
-    /// ```
-    /// use bloom_core::windowed::{Window, WindowedFilter};
-    ///
-    /// let f = WindowedFilter::builder(Window::Count(1_000))
-    ///     .expected_items(1_000)
-    ///     .false_positive_rate(0.01)
-    ///     .generations(9)
-    ///     .build()?;
-    /// assert_eq!(f.period(), 125); // keys fade between 1,000 and 1,125 inserts later
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn generations(mut self, n: u32) -> Self {
-        self.generations = n;
-        self
-    }
+        /// `N`, the generations a lookup tests (2 to 64, default 4): keys fade out between `W`
+        /// and `W·N/(N − 1)` after their insert; more generations fade them closer to `W` at the
+        /// cost of a probe each.
+        ///
+        /// ```
+        /// use bloom_core::windowed::{Window, WindowedFilter};
+        ///
+        /// let f = WindowedFilter::builder(Window::Count(1_000))
+        ///     .expected_items(1_000)
+        ///     .false_positive_rate(0.01)
+        ///     .generations(9)
+        ///     .build()?;
+        /// assert_eq!(f.period(), 125); // keys fade between 1,000 and 1,125 inserts later
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        generations(n: u32) => n;
 
-    /// The Bloom layout of every generation (default Blocked).
-    pub fn layout(mut self, layout: Layout) -> Self {
-        self.layout = layout;
-        self
-    }
+        /// The Bloom layout of every generation (default Blocked).
+        layout(layout: Layout) => layout;
 
-    /// The secret hash key; random if not set.
-    pub fn seed(mut self, seed: u128) -> Self {
-        self.seed = Some(seed);
-        self
-    }
+        /// The secret hash key; random if not set.
+        seed(seed: u128) => Some(seed);
 
-    /// The clock a time window rotates by (default [`SystemClock`]).
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use std::time::Duration;
-    /// use bloom_core::windowed::{ManualClock, Window, WindowedFilter};
-    ///
-    /// let clock = Arc::new(ManualClock::new(0));
-    /// let f = WindowedFilter::builder(Window::Time(Duration::from_secs(3)))
-    ///     .expected_items(100)
-    ///     .false_positive_rate(0.01)
-    ///     .clock(clock.clone())
-    ///     .seed(1)
-    ///     .build()?;
-    /// f.insert("a");
-    /// clock.advance(Duration::from_secs(3));
-    /// assert!(f.contains("a")); // within 3 s … 4 s it fades out
-    /// clock.advance(Duration::from_secs(1));
-    /// assert!(!f.contains("a"));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
-        self
+        /// The clock a time window rotates by (default [`SystemClock`]).
+        ///
+        /// ```
+        /// use std::sync::Arc;
+        /// use std::time::Duration;
+        /// use bloom_core::windowed::{ManualClock, Window, WindowedFilter};
+        ///
+        /// let clock = Arc::new(ManualClock::new(0));
+        /// let f = WindowedFilter::builder(Window::Time(Duration::from_secs(3)))
+        ///     .expected_items(100)
+        ///     .false_positive_rate(0.01)
+        ///     .clock(clock.clone())
+        ///     .seed(1)
+        ///     .build()?;
+        /// f.insert("a");
+        /// clock.advance(Duration::from_secs(3));
+        /// assert!(f.contains("a")); // within 3 s … 4 s it fades out
+        /// clock.advance(Duration::from_secs(1));
+        /// assert!(!f.contains("a"));
+        /// # Ok::<(), Box<dyn std::error::Error>>(())
+        /// ```
+        clock(clock: Arc<dyn Clock>) => clock;
     }
 
     /// Builds the filter, or says which setting to change.
     pub fn build(self) -> Result<WindowedFilter, BuildError> {
-        let n = self
-            .expected_items
+        let (n, p) = sizing::items_and_rate(self.expected_items, self.false_positive_rate)?
             .ok_or(BuildError::MissingExpectedItems)?;
-        let p = self
-            .false_positive_rate
-            .ok_or(BuildError::MissingFalsePositiveRate)?;
-        if !(p > 0.0 && p < 1.0) {
-            return Err(BuildError::InvalidFalsePositiveRate(p));
-        }
-        if n == 0 {
-            return Err(BuildError::ZeroItems);
-        }
+        sizing::check_rate(p)?;
+        sizing::check_items(n)?;
         let generations = self.generations;
         if !(MIN_GENERATIONS..=MAX_GENERATIONS).contains(&generations) {
             return Err(BuildError::Generations {
@@ -178,12 +154,7 @@ impl WindowedBuilder {
         }
         let per_generation = n.div_ceil(u64::from(generations - 1));
         let p_generation = generation_rate(p, generations);
-        let seed = match self.seed {
-            Some(seed) => seed,
-            None => crate::hasher::KeyHasher::random()
-                .map_err(BuildError::Random)?
-                .seed(),
-        };
+        let seed = sizing::hasher(self.seed)?.seed();
         // Sized once (the layout's model is a search); each generation is allocated when a
         // key first goes into it.
         let shape = BloomFilter::builder()

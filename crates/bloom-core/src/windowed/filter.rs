@@ -324,7 +324,6 @@ impl WindowedFilter {
         I: IntoIterator,
         I::Item: Key,
     {
-        const WINDOW: usize = 16;
         let timed = matches!(self.parts.window, Window::Time(_));
         if timed {
             let now = self.clock_epoch();
@@ -352,7 +351,7 @@ impl WindowedFilter {
         let mut current = (batch_epoch, reads(batch_epoch));
         let prefetch = reads(batch_epoch);
         let mut inserted = Vec::new();
-        let mut decide = |h| {
+        let decide = |h| {
             if !timed {
                 // A count window: each key offered is an insert, its sequence number its time.
                 let epoch = self.tick();
@@ -370,25 +369,13 @@ impl WindowedFilter {
             }
             seen(found);
         };
-        let hasher = self.hasher();
-        let mut ring = [crate::hasher::KeyHash { h1: 0 }; WINDOW];
-        let mut hashed = 0usize;
-        for key in keys {
-            let h = hasher.hash(&key);
+        let prefetch_all = |h| {
             // The key's line is at the same place in every generation.
             for generation in &prefetch {
                 generation.prefetch(h);
             }
-            let slot = hashed % WINDOW;
-            if hashed >= WINDOW {
-                decide(ring[slot]);
-            }
-            ring[slot] = h;
-            hashed += 1;
-        }
-        for i in hashed.saturating_sub(WINDOW)..hashed {
-            decide(ring[i % WINDOW]);
-        }
+        };
+        crate::filter::pipelined(self.hasher(), keys, prefetch_all, decide);
         if !timed {
             return;
         }
