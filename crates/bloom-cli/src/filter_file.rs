@@ -216,6 +216,19 @@ pub fn save_any(file: AtomicFile, filter: &AnyFilter) -> Result<()> {
     file.commit(|w| filter.write_to(w))
 }
 
+/// Writes a filter of any kind to the prepared atomic file behind `label`, if any: a service's
+/// labelled snapshot (`SharedFilter::save`) stays one, with the same name and watermark.
+pub fn save_labelled(
+    file: AtomicFile,
+    label: Option<&SnapshotLabel>,
+    filter: &AnyFilter,
+) -> Result<()> {
+    match label {
+        Some(label) => file.commit(|w| Snapshot::write(w, label, filter)),
+        None => save_any(file, filter),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

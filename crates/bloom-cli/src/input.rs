@@ -231,6 +231,37 @@ pub fn stdin_reader() -> Box<dyn Read> {
     Box::new(io::stdin().lock())
 }
 
+/// The keys of the commands that take them as `KEY` arguments or on standard input (`check`,
+/// `remove`): the arguments, as one batch, if any are given; else the lines of standard input
+/// (capped at `max_line` bytes each), a chunk at a time as they arrive. `each` gets every
+/// batch in order; its error, or a read error, stops the reading.
+pub fn each_key_batch(
+    args: &[std::ffi::OsString],
+    max_line: usize,
+    mut each: impl FnMut(&Batch<'_>) -> Result<()>,
+) -> Result<()> {
+    if args.is_empty() {
+        let mut lines = Source::Stdin.open(max_line)?;
+        while let Some(batch) = lines.next_batch()? {
+            each(&batch)?;
+        }
+        return Ok(());
+    }
+    let mut buf = Vec::new();
+    let spans: Vec<(usize, usize)> = args
+        .iter()
+        .map(|arg| {
+            let start = buf.len();
+            buf.extend_from_slice(arg.as_encoded_bytes());
+            (start, buf.len())
+        })
+        .collect();
+    each(&Batch {
+        buf: &buf,
+        spans: &spans,
+    })
+}
+
 /// The keys of one chunk of input: the complete lines read so far, in input order.
 pub struct Batch<'a> {
     buf: &'a [u8],

@@ -1,5 +1,5 @@
-//! `bloom`: size, build, check, inspect and merge Bloom and cuckoo filter files, and
-//! de-duplicate huge line streams. See the crate's README.md for examples of every command.
+//! `bloom`: size, build, check, inspect, merge and remove keys from Bloom and cuckoo filter
+//! files, and de-duplicate huge line streams. See the crate's README.md for examples of every command.
 //!
 //! Errors, one style throughout: every command returns an `anyhow::Result`; an error from
 //! `bloom-core` (a `std::error::Error`) gets `.context(..)` saying what was being done, so
@@ -30,7 +30,8 @@ Exit status:
      filters, a full cuckoo filter (`build`), a failed write. The message is one line on
      stderr; no output file is left behind.";
 
-/// Build, inspect and query Bloom and cuckoo filter files, and de-duplicate line streams.
+/// Build, inspect, query and remove keys from Bloom and cuckoo filter files, and de-duplicate
+/// line streams.
 ///
 /// Keys are the raw bytes of each input line, without its line ending (LF or CR LF).
 /// Filter files hold the secret hash key: they are created readable by their owner only.
@@ -49,6 +50,7 @@ enum Command {
     Stats(cmd::stats::Args),
     Merge(cmd::merge::Args),
     Dedup(cmd::dedup::Args),
+    Remove(cmd::remove::Args),
 }
 
 fn main() -> ExitCode {
@@ -66,6 +68,7 @@ fn main() -> ExitCode {
         Command::Stats(a) => cmd::stats::run(&a).map(|()| ExitCode::SUCCESS),
         Command::Merge(a) => cmd::merge::run(&a).map(|()| ExitCode::SUCCESS),
         Command::Dedup(a) => cmd::dedup::run(&a).map(|()| ExitCode::SUCCESS),
+        Command::Remove(a) => cmd::remove::run(&a).map(|()| ExitCode::SUCCESS),
     };
     result.unwrap_or_else(|err| {
         // One line, whatever the error's sources contain. Nothing useful is left to do if

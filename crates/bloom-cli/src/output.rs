@@ -8,7 +8,7 @@
 //! [`AtomicFile::commit`] writes it, so interrupting a long `build` or `dedup` (Ctrl-C)
 //! leaves nothing behind.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -95,21 +95,55 @@ impl AtomicFile {
         let written = {
             let mut w = BufWriter::with_capacity(WRITE_BUFFER, temp.as_file());
             let written = write(&mut w).map_err(failed)?;
+            // The temporary file holds what the buffer passed on so far: a torn file.
+            crash_point("temp-unflushed");
             w.flush().map_err(failed)?;
             written
         };
         temp.as_file().sync_all().map_err(failed)?;
+        crash_point("before-rename");
         let path = path_of(&written);
         temp.persist(&path)
             .map_err(|e| anyhow!("{}: cannot replace: {}", path.display(), io_msg(&e.error)))?;
+        crash_point("renamed");
         sync_dir(&self.dir);
         Ok(written)
+    }
+
+    /// Removes the temporary files of this target that a killed run left (`kill -9` runs no
+    /// destructor). Best effort. Call it only while holding the target's [`StateLock`]
+    /// (`crate::state_lock`), so that no other run of the lock's commands is writing one.
+    ///
+    /// [`StateLock`]: crate::state_lock::StateLock
+    pub fn remove_leftovers(&self) {
+        let Some(target) = self.path.file_name() else {
+            return;
+        };
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            if is_temp_of(target, &entry.file_name()) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
     }
 
     /// The directory the file is written in.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+}
+
+/// Whether `name` is one of [`AtomicFile`]'s temporary files for the target named `target`
+/// (`.<target>.XXXXXX.tmp`).
+pub fn is_temp_of(target: &OsStr, name: &OsStr) -> bool {
+    let mut prefix = OsString::from(".");
+    prefix.push(target);
+    prefix.push(".");
+    name.as_encoded_bytes()
+        .strip_prefix(prefix.as_encoded_bytes())
+        .is_some_and(|rest| rest.ends_with(b".tmp"))
 }
 
 /// The directory `path` is in (`.` for a bare file name).
@@ -130,3 +164,29 @@ fn sync_dir(dir: &Path) {
     #[cfg(not(unix))]
     let _ = (dir, File::open);
 }
+
+/// For the crash tests only: with `BLOOM_TEST_CRASH_AT` set to `step`, the process kills
+/// itself with SIGKILL there (no destructor runs, as when an operator's `kill -9` lands
+/// between two steps of a save).
+///
+/// Rule: only a build with the `test-crash-points` feature (off by default; the crate's
+/// tests enable it through its dev-dependency on itself, so `cargo test` runs them in any
+/// profile) reads the variable. A `bloom` built or installed for use ignores it: an
+/// environment variable cannot make it kill itself in the middle of a save.
+#[cfg(feature = "test-crash-points")]
+pub fn crash_point(step: &str) {
+    if std::env::var_os(CRASH_VARIABLE).is_some_and(|at| at == step) {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &std::process::id().to_string()])
+            .status();
+        std::process::abort();
+    }
+}
+
+/// Without the `test-crash-points` feature: nothing (see the rule above).
+#[cfg(not(feature = "test-crash-points"))]
+pub fn crash_point(_step: &str) {}
+
+/// The environment variable [`crash_point`] reads.
+#[cfg(feature = "test-crash-points")]
+const CRASH_VARIABLE: &str = "BLOOM_TEST_CRASH_AT";

@@ -1,8 +1,10 @@
-//! One `dedup --state` run per state at a time: an advisory lock (`flock`) on `.FILE.lock`
-//! beside the state, taken before the state is read and held until the process ends,
-//! however it ends (the kernel releases it on `kill -9` too). A second run on the same state
-//! fails at once, before reading any input, instead of saving over the first run's lines
-//! (`tests/cli.rs` `a_second_dedup_on_the_same_state_is_refused_while_the_first_runs`).
+//! One writing run per file at a time, for the commands that read a file and save it back
+//! (`dedup --state`, `remove`): an advisory lock (`flock`) on `.FILE.lock` beside the file,
+//! taken before the file is read and held until the process ends, however it ends (the
+//! kernel releases it on `kill -9` too). A second run on the same file, by either command,
+//! fails at once, before reading any input, instead of saving over the first run's work
+//! (`tests/cli.rs` `a_second_dedup_on_the_same_state_is_refused_while_the_first_runs`,
+//! `tests/remove.rs` `remove_takes_the_lock_dedup_state_takes`).
 //!
 //! The lock is on a file of its own because a save replaces the state file (a rename): a lock
 //! on it would not be seen by the run that opens the new one. The lock file is empty and
@@ -28,7 +30,7 @@ pub struct StateLock {
 }
 
 impl StateLock {
-    /// Takes the lock on the state at `state`, whose directory must exist; an error if
+    /// Takes the lock on the file at `state`, whose directory must exist; an error if
     /// another process holds it, or if its lock's path is a symbolic link or not a regular
     /// file.
     pub fn acquire(state: &Path) -> Result<Self> {
@@ -49,8 +51,9 @@ impl StateLock {
                 Ok(()) => {}
                 Err(e) if e == rustix::io::Errno::WOULDBLOCK => {
                     return Err(anyhow!(
-                        "{name}: in use by another `bloom dedup` (it holds {}); runs on one \
-                         state must not overlap: wait for it to end, or give another --state",
+                        "{name}: in use by another `bloom dedup` or `bloom remove` (it holds \
+                         {}); runs on one file must not overlap: wait for it to end (dedup: \
+                         or give another --state)",
                         lock.display()
                     ));
                 }

@@ -25,7 +25,7 @@
 //! One run at a time per state: a second run saving the same state concurrently may
 //! have its temporary files removed (it then fails, and its state is not saved).
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::Path;
@@ -37,7 +37,7 @@ use bloom_core::format::{FilterKind, peek};
 use bloom_core::windowed::{Clock, GenerationFile};
 
 use crate::input::io_msg;
-use crate::output::{AtomicFile, dir_of};
+use crate::output::{AtomicFile, crash_point, dir_of, is_temp_of};
 
 /// Read buffer for the manifest and a single-file state.
 const READ_BUFFER: usize = 64 * 1024;
@@ -170,45 +170,12 @@ fn remove_unnamed(dir: &Path, manifest: &OsStr, keep: &[GenerationFile]) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
-    let mut temp_prefix = OsString::from(".");
-    temp_prefix.push(manifest);
-    temp_prefix.push(".");
     for entry in entries.flatten() {
         let name = entry.file_name();
         let unnamed =
             GenerationFile::parse(manifest, &name).is_some_and(|file| !keep.contains(&file));
-        let left_by_a_kill = name
-            .as_encoded_bytes()
-            .strip_prefix(temp_prefix.as_encoded_bytes())
-            .is_some_and(|rest| rest.ends_with(b".tmp"));
-        if unnamed || left_by_a_kill {
+        if unnamed || is_temp_of(manifest, &name) {
             let _ = std::fs::remove_file(entry.path());
         }
     }
 }
-
-/// For the crash tests only: with `BLOOM_TEST_CRASH_AT` set to `step`, the process kills
-/// itself with SIGKILL there (no destructor runs, as when an operator's `kill -9` lands
-/// between two steps of a save).
-///
-/// Rule: only a build with the `test-crash-points` feature (off by default; the crate's
-/// tests enable it through its dev-dependency on itself, so `cargo test` runs them in any
-/// profile) reads the variable. A `bloom` built or installed for use ignores it: an
-/// environment variable cannot make it kill itself in the middle of a save.
-#[cfg(feature = "test-crash-points")]
-fn crash_point(step: &str) {
-    if std::env::var_os(CRASH_VARIABLE).is_some_and(|at| at == step) {
-        let _ = std::process::Command::new("kill")
-            .args(["-KILL", &std::process::id().to_string()])
-            .status();
-        std::process::abort();
-    }
-}
-
-/// Without the `test-crash-points` feature: nothing (see the rule above).
-#[cfg(not(feature = "test-crash-points"))]
-fn crash_point(_step: &str) {}
-
-/// The environment variable [`crash_point`] reads.
-#[cfg(feature = "test-crash-points")]
-const CRASH_VARIABLE: &str = "BLOOM_TEST_CRASH_AT";

@@ -8,7 +8,6 @@ use anyhow::Result;
 
 use crate::args::InputArgs;
 use crate::cmd::{STDOUT_BUFFER, raw_stdout, stdout_failed};
-use crate::input::Source;
 
 /// Look keys up: prints `maybe<TAB>KEY` or `absent<TAB>KEY` for each. The file may hold a
 /// plain, counting, scalable or cuckoo filter.
@@ -46,28 +45,19 @@ pub fn run(args: &Args) -> Result<bool> {
         quiet: args.quiet,
         all_maybe: true,
     };
-    if args.keys.is_empty() {
-        let mut lines = Source::Stdin.open(args.input.max_line_bytes)?;
-        while let Some(batch) = lines.next_batch()? {
-            // A plain filter looks a batch up with prefetching; the others key by key.
-            let found = match filter.as_plain() {
-                Some(plain) => plain.contains_many(batch.iter()),
-                None => batch.iter().map(|key| filter.contains(key)).collect(),
-            };
-            for (key, found) in batch.iter().zip(found) {
-                out.answer(key, found)?;
-            }
-            // Answer what has arrived before waiting for more: keys may come one at a time
-            // from another program that waits for each answer.
-            out.flush()?;
+    crate::input::each_key_batch(&args.keys, args.input.max_line_bytes, |batch| {
+        // A plain filter looks a batch up with prefetching; the others key by key.
+        let found = match filter.as_plain() {
+            Some(plain) => plain.contains_many(batch.iter()),
+            None => batch.iter().map(|key| filter.contains(key)).collect(),
+        };
+        for (key, found) in batch.iter().zip(found) {
+            out.answer(key, found)?;
         }
-    } else {
-        for key in &args.keys {
-            let key = key.as_encoded_bytes();
-            out.answer(key, filter.contains(key))?;
-        }
-        out.flush()?;
-    }
+        // Answer what has arrived before waiting for more: keys may come one at a time
+        // from another program that waits for each answer.
+        out.flush()
+    })?;
     Ok(out.all_maybe)
 }
 

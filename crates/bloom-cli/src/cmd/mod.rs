@@ -6,6 +6,7 @@ pub mod calc;
 pub mod check;
 pub mod dedup;
 pub mod merge;
+pub mod remove;
 pub mod saturation;
 pub mod stats;
 pub mod stdout;
