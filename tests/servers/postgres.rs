@@ -124,6 +124,15 @@ impl Postgres {
     ///
     /// What failed, with the command's output or the server log.
     pub fn start(bin: &Path) -> Result<Postgres, String> {
+        Self::start_with_connections(bin, 200)
+    }
+
+    /// [`start`](Self::start), with room for `max_connections` client connections.
+    ///
+    /// # Errors
+    ///
+    /// What failed, with the command's output or the server log.
+    pub fn start_with_connections(bin: &Path, max_connections: u32) -> Result<Postgres, String> {
         let dir = tempfile::Builder::new()
             .prefix("bloom-pg-")
             .tempdir()
@@ -157,7 +166,7 @@ impl Postgres {
             server.port = free_port()?;
             let options = format!(
                 "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off \
-                 -c synchronous_commit=off -c full_page_writes=off -c max_connections=200",
+                 -c synchronous_commit=off -c full_page_writes=off -c max_connections={max_connections}",
                 server.port,
                 server.dir.path().display()
             );
@@ -203,6 +212,17 @@ impl Postgres {
         // The postgres user may not be allowed into our working directory.
         command.current_dir(self.dir.path());
         command
+    }
+
+    /// The server's main process (the first line of `postmaster.pid`), if it is running.
+    pub fn postmaster_pid(&self) -> Option<u32> {
+        fs::read_to_string(self.data_dir().join("postmaster.pid"))
+            .ok()?
+            .lines()
+            .next()?
+            .trim()
+            .parse()
+            .ok()
     }
 
     /// The port it listens on (127.0.0.1).
