@@ -264,6 +264,12 @@ async fn user_service_metrics_pass_promtool_check_metrics() {
             "bloom_redis_follow_lag_seconds",
             "bloom_redis_follow_bound_seconds",
             "bloom_redis_follower",
+            // Counters each instance registers at 0 when it connects, so that `increase()`
+            // sees their first event (BloomRefusedSwitch).
+            "bloom_redis_stale_periods_total",
+            "bloom_redis_confirmed_rejections_total",
+            "bloom_redis_unconfirmed_rejections_total",
+            "bloom_redis_refused_switches_total",
         ]);
         histograms.push("bloom_redis_publish_latency_seconds");
     }
@@ -344,7 +350,7 @@ fn alert_rules_pass_promtool_check_and_unit_tests() {
     );
     assert!(checked.status.success(), "{}", describe(&checked));
     assert!(
-        String::from_utf8_lossy(&checked.stdout).contains("SUCCESS: 7 rules found"),
+        String::from_utf8_lossy(&checked.stdout).contains("SUCCESS: 8 rules found"),
         "{}",
         describe(&checked)
     );
@@ -460,6 +466,16 @@ fn rule_tests(rules: &Path) -> String {
         r#"bloom_redis_stale{prefix="users",instance="c",job="svc"}"#,
         "0x20 1 1 0x98",
     );
+    // Instance d refuses a generation at minute 50 (the alert holds for 15 minutes); e never
+    // does.
+    inputs += &series(
+        r#"bloom_redis_refused_switches_total{prefix="users",instance="d",job="svc"}"#,
+        "0x50 1x70",
+    );
+    inputs += &series(
+        r#"bloom_redis_refused_switches_total{prefix="users",instance="e",job="svc"}"#,
+        "0x120",
+    );
 
     let alert = |labels: &str, summary: &str| {
         format!(
@@ -475,6 +491,14 @@ fn rule_tests(rules: &Path) -> String {
         format!("      - eval_time: {at}\n        alertname: {name}\n{expected}")
     };
     let fleet = "Bloom filter fleet users is out of sync through Redis";
+    let refused = format!(
+        "          - exp_labels: {{severity: warning, job: svc, prefix: users, instance: d}}\n            exp_annotations:\n              summary: \"{}\"\n              description: \"{}\"\n",
+        "Bloom filter fleet users was offered a generation that would forget keys",
+        "Instance d refused to drop the keys it serves for a new generation holding far fewer \
+         (a forged or mis-sized rebuild); its error log says which. Rebuild from the right \
+         source, or, if the keys really were deleted, lower min_rebuild_fraction on every \
+         instance."
+    );
     let checks = [
         check(
             "60m",
@@ -521,6 +545,10 @@ fn rule_tests(rules: &Path) -> String {
             ],
         ),
         check("15m", "BloomFleetDegraded", &[]),
+        check("60m", "BloomRefusedSwitch", &[refused]),
+        // Not before the refused switch, nor once 15 minutes have passed without another.
+        check("45m", "BloomRefusedSwitch", &[]),
+        check("70m", "BloomRefusedSwitch", &[]),
         check("10m", "BloomFilterRebuildFailing", &[]),
     ];
     format!(
@@ -948,6 +976,22 @@ fn dashboard_queries_pass_promtool_and_name_exported_series() {
             &format!("{lag}x20"),
         );
     }
+    // Two stale periods a minute on a, none on b; a refused switch on b at minute 5; a
+    // confirmed rejection a second on a, and an unconfirmed one every other second.
+    for (instance, periods, refused, confirmed, unconfirmed) in [
+        ("a", "0+2x20", "0x20", "0+60x20", "0+30x20"),
+        ("b", "0x20", "0x5 1x15", "0x20", "0x20"),
+    ] {
+        let labels = format!(r#"prefix="users",instance="{instance}",job="svc""#);
+        for (name, values) in [
+            ("bloom_redis_stale_periods_total", periods),
+            ("bloom_redis_refused_switches_total", refused),
+            ("bloom_redis_confirmed_rejections_total", confirmed),
+            ("bloom_redis_unconfirmed_rejections_total", unconfirmed),
+        ] {
+            inputs += &series(&format!("{name}{{{labels}}}"), values);
+        }
+    }
     let expect = |expr: String, labels: &str, value: &str| {
         format!(
             "      - expr: {}\n        eval_time: 10m\n        exp_samples:\n          - labels: '{labels}'\n            value: {value}\n",
@@ -966,6 +1010,33 @@ fn dashboard_queries_pass_promtool_and_name_exported_series() {
             expr_of("Follower lag and the follow bound", "A"),
             r#"{prefix="users"}"#,
             "90",
+        ),
+        // Ten minutes of samples from 0: the hour's increase is what they counted.
+        expect(
+            expr_of("Stale periods begun in the last hour", "A"),
+            r#"{prefix="users"}"#,
+            "20",
+        ),
+        expect(
+            expr_of("Refused switches in the last hour", "A"),
+            r#"{prefix="users"}"#,
+            "1",
+        ),
+        expect(
+            expr_of(
+                "Would-be rejections: confirmed, unconfirmed (per second)",
+                "A",
+            ),
+            r#"{prefix="users"}"#,
+            "1",
+        ),
+        expect(
+            expr_of(
+                "Would-be rejections: confirmed, unconfirmed (per second)",
+                "B",
+            ),
+            r#"{prefix="users"}"#,
+            "0.5",
         ),
     ];
     let tests_file = dir.path().join("dashboard.test.yml");

@@ -47,6 +47,22 @@ pub mod names {
     pub const STALE_LET_THROUGH: &str = "bloom_redis_stale_let_through_total";
     /// Counter: would-be rejections kept while stale (`ServeLocal`, or over the budget).
     pub const STALE_REJECTED: &str = "bloom_redis_stale_rejected_total";
+    /// Counter: times this instance's view became stale (`RedisStats::stale_periods`; the
+    /// moments of joining count, as [`STALE`] is 1 then).
+    pub const STALE_PERIODS: &str = "bloom_redis_stale_periods_total";
+    /// Counter: would-be rejections confirmed: a ping sent after each came back and the view
+    /// was fresh, so the local filter's answer stood (`RedisStats::confirmed`).
+    pub const CONFIRMED_REJECTIONS: &str = "bloom_redis_confirmed_rejections_total";
+    /// Counter: would-be rejections that could not be confirmed within `confirm_timeout`
+    /// (or the view went stale meanwhile) and went to the [`StalePolicy`](crate::StalePolicy)
+    /// (`RedisStats::unconfirmed`).
+    pub const UNCONFIRMED_REJECTIONS: &str = "bloom_redis_unconfirmed_rejections_total";
+    /// Counter: new generations that would have dropped keys (fewer than
+    /// `min_rebuild_fraction` of the serving one's): one published in Redis, switched to
+    /// with every serving key carried over, or a rebuild of this instance not switched in
+    /// ([`Error::Shrunk`](crate::Error::Shrunk)); `RedisStats::refused_switches`. A forged or
+    /// mis-sized rebuild.
+    pub const REFUSED_SWITCHES: &str = "bloom_redis_refused_switches_total";
     /// Counter: [`RedisSync::propagated`](crate::RedisSync::propagated) calls that timed out.
     pub const NOT_PROPAGATED: &str = "bloom_redis_not_propagated_total";
     /// Gauge: instances whose marks this one's view was last judged on (itself included).
@@ -114,6 +130,26 @@ pub mod names {
             STALE_REJECTED,
             Unit::Count,
             "Would-be rejections kept while stale (ServeLocal policy, or over the let-through budget)."
+        );
+        describe_counter!(
+            STALE_PERIODS,
+            Unit::Count,
+            "Times this instance's view of the shared filter became stale (joining included)."
+        );
+        describe_counter!(
+            CONFIRMED_REJECTIONS,
+            Unit::Count,
+            "Would-be rejections confirmed by a fresh ping: the local filter's answer stood."
+        );
+        describe_counter!(
+            UNCONFIRMED_REJECTIONS,
+            Unit::Count,
+            "Would-be rejections not confirmed within confirm_timeout (or the view went stale): the stale policy decided."
+        );
+        describe_counter!(
+            REFUSED_SWITCHES,
+            Unit::Count,
+            "New generations that would have dropped keys: one from Redis switched to with every serving key carried over, or a rebuild of this instance refused."
         );
         describe_counter!(
             NOT_PROPAGATED,

@@ -25,6 +25,8 @@ use std::time::Duration;
 use bloom_tower::shared_filter::{Confirmation, Rejection};
 
 use super::inner::Inner;
+#[cfg(feature = "metrics")]
+use crate::names;
 use crate::protocol::{self, Kind};
 use crate::scripts;
 
@@ -57,9 +59,15 @@ impl Inner {
         let back = self.freshness.ping_back_after(needed).await;
         if back && self.freshness.is_fresh() {
             self.counters.confirmed.fetch_add(1, Relaxed);
+            #[cfg(feature = "metrics")]
+            metrics::counter!(names::CONFIRMED_REJECTIONS, "prefix" => self.prefix.clone())
+                .increment(1);
             return true;
         }
         self.counters.unconfirmed.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        metrics::counter!(names::UNCONFIRMED_REJECTIONS, "prefix" => self.prefix.clone())
+            .increment(1);
         !self.freshness.stale_policy_lets_through()
     }
 

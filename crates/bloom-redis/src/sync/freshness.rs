@@ -860,6 +860,9 @@ impl Freshness {
             let expected = view.stale.as_ref().is_some_and(|stale| stale.expected);
             let period = view.period.get_or_insert_with(|| {
                 view.periods += 1;
+                #[cfg(feature = "metrics")]
+                metrics::counter!(names::STALE_PERIODS, "prefix" => self.prefix.clone())
+                    .increment(1);
                 if expected {
                     tracing::debug!(prefix = %self.prefix, reason, "the view of the shared filter is not fresh yet (joining, or a pull under way)");
                 }
@@ -1076,6 +1079,30 @@ mod tests {
         freshness.pulled(freshness.pull_started());
     }
 
+    /// Fresh now, and stale `ms` later without a newer round (`why`).
+    fn fresh_then_stale_after(freshness: &Freshness, ms: u64, why: &str) {
+        assert!(freshness.is_fresh());
+        std::thread::sleep(Duration::from_millis(ms));
+        assert!(!freshness.is_fresh(), "{why}");
+    }
+
+    /// Once `stale_after` passed without a round (stale), a round sent and replied, its ping
+    /// not back yet: its sequence number and nonce.
+    fn replied_once_stale(freshness: &Freshness) -> (u64, u64) {
+        std::thread::sleep(STALE_AFTER + Duration::from_millis(10));
+        assert!(!freshness.is_fresh());
+        let (seq, nonce) = freshness.round_sent();
+        freshness.round_replied(seq, reply(0, ME, 1));
+        (seq, nonce)
+    }
+
+    /// The view is stale, for a reason that says `why`.
+    fn assert_stale_because(freshness: &Freshness, why: &str) {
+        let report = freshness.report();
+        let reason = report.reason.unwrap_or_default();
+        assert!(!report.fresh && reason.contains(why), "{reason:?}");
+    }
+
     #[test]
     fn an_instance_first_heard_is_pulled_from_before_the_view_is_fresh() {
         let freshness = reconciled("dataset/run-1");
@@ -1119,33 +1146,16 @@ mod tests {
         let freshness = with_other("dataset/run-1");
         // The other instance's mark, read by our round, is older than `stale_after`.
         round(&freshness, 61, OTHER, 2);
-        let report = freshness.report();
-        assert!(!report.fresh);
-        assert!(
-            report
-                .reason
-                .unwrap_or_default()
-                .contains("no mark from instance 00000000000000b1"),
-            "{:?}",
-            freshness.report().reason
-        );
+        assert_stale_because(&freshness, "no mark from instance 00000000000000b1");
         // Fresh for what is left of `stale_after` after the oldest mark's age, from the round.
         round(&freshness, 30, OTHER, 2);
-        assert!(freshness.is_fresh());
-        std::thread::sleep(Duration::from_millis(45));
-        assert!(
-            !freshness.is_fresh(),
-            "30 ms old, then 45 ms on: past 60 ms"
-        );
+        fresh_then_stale_after(&freshness, 45, "30 ms old, then 45 ms on: past 60 ms");
     }
 
     #[test]
     fn a_round_whose_ping_is_not_back_does_not_make_a_view_fresh() {
         let freshness = reconciled("dataset/run-1");
-        std::thread::sleep(STALE_AFTER + Duration::from_millis(10));
-        assert!(!freshness.is_fresh());
-        let (seq, nonce) = freshness.round_sent();
-        freshness.round_replied(seq, reply(0, ME, 1));
+        let (seq, nonce) = replied_once_stale(&freshness);
         assert!(
             !freshness.is_fresh(),
             "what the marks vouch for may still be on its way"
@@ -1200,16 +1210,7 @@ mod tests {
         round(&freshness, 0, ME, 3);
         // The other instance still vouches for the old data: however recent its mark, the
         // view is not fresh.
-        let report = freshness.report();
-        assert!(!report.fresh);
-        assert!(
-            report
-                .reason
-                .unwrap_or_default()
-                .contains("has not reconciled"),
-            "{:?}",
-            freshness.report().reason
-        );
+        assert_stale_because(&freshness, "has not reconciled");
         // It reconciled (and pushed what the new data lacked): pull after it, then fresh.
         assert!(freshness.member(OTHER, 0, tag_of("dataset/run-2"), 4, true));
         pull(&freshness);
@@ -1243,6 +1244,20 @@ mod tests {
         lock(&freshness.view).period.as_ref().map(|p| p.warned)
     }
 
+    /// A join of `dataset/run-1` still under way after `stale_after` is warned about; its own
+    /// announcement and a round back, the period is over.
+    fn warned_once_it_lasts_then_joined(freshness: &Freshness) {
+        std::thread::sleep(STALE_AFTER + Duration::from_millis(20));
+        assert_eq!(
+            warned(freshness),
+            Some(true),
+            "still joining after stale_after"
+        );
+        freshness.member(ME, 0, tag_of("dataset/run-1"), 1, true);
+        round(freshness, 0, ME, 1);
+        assert_eq!(warned(freshness), None);
+    }
+
     #[test]
     fn joining_is_warned_about_only_once_it_lasts_stale_after() {
         let freshness = joining("dataset/run-1");
@@ -1254,15 +1269,7 @@ mod tests {
         let report = freshness.report();
         assert!(!report.fresh && report.stale_for.is_some());
         assert!(report.reason.unwrap_or_default().contains("joining"));
-        std::thread::sleep(STALE_AFTER + Duration::from_millis(20));
-        assert_eq!(
-            warned(&freshness),
-            Some(true),
-            "still joining after stale_after"
-        );
-        freshness.member(ME, 0, tag_of("dataset/run-1"), 1, true);
-        round(&freshness, 0, ME, 1);
-        assert_eq!(warned(&freshness), None);
+        warned_once_it_lasts_then_joined(&freshness);
         assert!(freshness.is_fresh());
         assert_eq!(freshness.report().periods, 1);
     }
@@ -1273,20 +1280,9 @@ mod tests {
     fn a_join_whose_own_announcement_is_not_back_yet_is_not_warned_about() {
         let freshness = joining("dataset/run-1");
         round(&freshness, 0, ME, 0);
-        let report = freshness.report();
-        assert!(!report.fresh);
-        let reason = report.reason.unwrap_or_default();
-        assert!(reason.contains("own announcement"), "{reason}");
+        assert_stale_because(&freshness, "own announcement");
         assert_eq!(warned(&freshness), Some(false), "joining: no warning yet");
-        std::thread::sleep(STALE_AFTER + Duration::from_millis(20));
-        assert_eq!(
-            warned(&freshness),
-            Some(true),
-            "still joining after stale_after"
-        );
-        freshness.member(ME, 0, tag_of("dataset/run-1"), 1, true);
-        round(&freshness, 0, ME, 1);
-        assert_eq!(warned(&freshness), None);
+        warned_once_it_lasts_then_joined(&freshness);
     }
 
     #[test]
@@ -1349,32 +1345,16 @@ mod tests {
         // The follower's covered time is older than the follow bound: stale, whatever the
         // marks say (R5).
         round_with(&freshness, followed(0, 150, 100, &[]));
-        let report = freshness.report();
-        assert!(!report.fresh);
-        assert!(
-            report
-                .reason
-                .unwrap_or_default()
-                .contains("the follower has not read the source"),
-            "{:?}",
-            freshness.report().reason
-        );
+        assert_stale_because(&freshness, "the follower has not read the source");
         // Recent: fresh, until the bound passes without a newer round.
         round_with(&freshness, followed(0, 40, 100, &[]));
-        assert!(freshness.is_fresh());
-        std::thread::sleep(Duration::from_millis(75));
-        assert!(
-            !freshness.is_fresh(),
-            "40 ms old, then 75 ms on: past 100 ms"
-        );
+        fresh_then_stale_after(&freshness, 75, "40 ms old, then 75 ms on: past 100 ms");
     }
 
     #[test]
     fn a_ping_without_its_nonce_is_ignored() {
         let freshness = reconciled("dataset/run-1");
-        std::thread::sleep(STALE_AFTER + Duration::from_millis(10));
-        let (seq, nonce) = freshness.round_sent();
-        freshness.round_replied(seq, reply(0, ME, 1));
+        let (seq, nonce) = replied_once_stale(&freshness);
         // A forged ping: the right sequence number, another nonce (R4).
         freshness.ping_back(seq, nonce ^ 1);
         assert!(!freshness.is_fresh());

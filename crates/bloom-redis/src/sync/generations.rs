@@ -284,7 +284,7 @@ impl Inner {
         if next >= serving * min_fraction {
             return false;
         }
-        self.counters.refused_switches.fetch_add(1, Relaxed);
+        self.count_refused_switch();
         let (serving, rebuilt) = (serving.round() as u64, next.round() as u64);
         tracing::error!(
             prefix = %self.prefix,

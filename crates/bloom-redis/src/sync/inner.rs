@@ -79,6 +79,16 @@ impl Inner {
         conn: Conn,
     ) -> Self {
         let id = random_id();
+        #[cfg(feature = "metrics")]
+        for name in [
+            names::STALE_PERIODS,
+            names::CONFIRMED_REJECTIONS,
+            names::UNCONFIRMED_REJECTIONS,
+            names::REFUSED_SWITCHES,
+        ] {
+            // From 0: `increase()` over a series that appears at 1 sees no event.
+            metrics::counter!(name, "prefix" => prefix.clone()).increment(0);
+        }
         Self {
             keys: Keys::new(&prefix),
             freshness: Freshness::new(&cfg, id, &prefix),
@@ -122,6 +132,15 @@ impl Inner {
     /// Whether the last exchange with Redis succeeded.
     pub(super) fn connected(&self) -> bool {
         self.connected.load(Relaxed)
+    }
+
+    /// A new generation refused as too small: one published in Redis
+    /// ([`generations`](super::generations), switched to with the serving keys carried over),
+    /// or this instance's rebuild ([`rebuild`](super::rebuild), not switched in).
+    pub(super) fn count_refused_switch(&self) {
+        self.counters.refused_switches.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        metrics::counter!(names::REFUSED_SWITCHES, "prefix" => self.prefix.clone()).increment(1);
     }
 
     pub(super) fn set_connected(&self, up: bool) {

@@ -332,7 +332,7 @@ impl Inner {
         if force || rebuilt >= serving * min_fraction {
             return Ok(());
         }
-        self.counters.refused_switches.fetch_add(1, Relaxed);
+        self.count_refused_switch();
         let (serving, rebuilt) = (serving.round() as u64, rebuilt.round() as u64);
         tracing::error!(prefix = %self.prefix, serving, rebuilt, min_fraction, "refused to switch to a rebuilt filter far smaller than the serving one; the serving generation stays");
         Err(Error::Shrunk {

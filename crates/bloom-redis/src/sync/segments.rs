@@ -689,22 +689,20 @@ mod tests {
         let ledger = Ledger::new(130); // three groups
         ledger.set_group(1, 0, 4);
         ledger.set_seen(1, 5, 2);
+        // Generation 1's group 0 and segment 5 receive a write: what each holds then.
+        let receive = |group: u64, segment: u64, held: u64, seen: u64| {
+            ledger.advance(1, &[(0, group)], &[(5, segment)]);
+            assert_eq!(ledger.group_held(1, 0), Some(held));
+            assert_eq!(ledger.seen(1, 5), seen);
+        };
         // The write right after what is held: held now.
-        ledger.advance(1, &[(0, 5)], &[(5, 3)]);
-        assert_eq!(ledger.group_held(1, 0), Some(5));
-        assert_eq!(ledger.seen(1, 5), 3);
+        receive(5, 3, 5, 3);
         // One missed in between (version 4 not arrived yet): nothing moves...
-        ledger.advance(1, &[(0, 7)], &[(5, 5)]);
-        assert_eq!(ledger.group_held(1, 0), Some(5));
-        assert_eq!(ledger.seen(1, 5), 3);
+        receive(7, 5, 5, 3);
         // ... until it arrives (published after the later one): then both are held.
-        ledger.advance(1, &[(0, 6)], &[(5, 4)]);
-        assert_eq!(ledger.group_held(1, 0), Some(7));
-        assert_eq!(ledger.seen(1, 5), 5);
+        receive(6, 4, 7, 5);
         // A write never received leaves the later ones waiting: the pass pulls...
-        ledger.advance(1, &[(0, 9)], &[(5, 7)]);
-        assert_eq!(ledger.group_held(1, 0), Some(7));
-        assert_eq!(ledger.seen(1, 5), 5);
+        receive(9, 7, 7, 5);
         // ... and once a pass holds the missing one, the later ones count.
         ledger.set_seen(1, 5, 6);
         ledger.set_group(1, 0, 8);
