@@ -39,6 +39,15 @@
 //!   iteration on the filter holding all `n` members, the keys queried in shuffled order from a
 //!   pre-generated array walked cyclically (999,424 keys at 1M, 1,048,576 at 50M), so
 //!   successive lookups are independent (a throughput loop, not a latency chain);
+//! * `cuckoo/contains_many_hit/{1M,50M}`, `cuckoo/contains_many_miss/{1M,50M}`: ours only,
+//!   one batch of [`BATCH`] (1024) keys per iteration (throughput in keys), from the same
+//!   shuffled key arrays walked cyclically a batch at a time: `contains`, a loop of
+//!   `CuckooFilter::contains` collected into a `Vec<bool>`, against `contains_many`, the batch
+//!   lookup (hashes a window ahead and prefetches both buckets), in the same run. The 50M
+//!   filter (13.2M buckets, 52.6M slots, 59 MB) is larger than the last-level cache; if the
+//!   command line selects no 50M peer lookup, only our cuckoo filter is built and filled for
+//!   it (two threads), not the six. At setup, each batch's answers are checked against
+//!   `contains`;
 //! * `cuckoo/insert/1M`: one iteration is a fill of a fresh filter (built untimed) with the
 //!   `n` members, in order; the time per insert is the time per iteration divided by `n`
 //!   (criterion also prints it as a throughput). Pages of the fresh filter that its build
@@ -79,6 +88,7 @@
 //! ```text
 //! cargo bench -p bloom-benches --bench cuckoo
 //! cargo bench -p bloom-benches --bench cuckoo -- 'cuckoo/contains_(hit|miss)/1M'   # a subset
+//! cargo bench -p bloom-benches --bench cuckoo -- contains_many   # contains vs contains_many
 //! ```
 //! Results: `target/criterion/cuckoo_<group>_<size>/<function>/new/estimates.json`, e.g.
 //! `target/criterion/cuckoo_contains_hit_1M/qfilter/new/estimates.json` (nanoseconds per
@@ -93,7 +103,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Barrier, RwLock};
 use std::time::{Duration, Instant};
 
-use bloom_benches::{FPR, LARGE, SMALL, filter_may_select, query_ids, size_label};
+use bloom_benches::{BATCH, FPR, LARGE, SMALL, filter_may_select, query_ids, size_label};
 use bloom_core::{BloomFilter, CountingBloomFilter, CuckooFilter};
 use criterion::measurement::WallTime;
 use criterion::{
@@ -586,6 +596,70 @@ fn lookups(c: &mut Criterion, n: u64, filled: &Filled, members: &[u64], non_memb
     }
 }
 
+/// Our cuckoo filter alone, for `n` keys and filled with the members `0..n` by two threads
+/// (for the batch lookups at 50M when the six filters are not built).
+fn cuckoo_alone(n: u64) -> CuckooFilter {
+    let t = Instant::now();
+    let f = <CuckooFilter as Filter>::build(n);
+    let failed = std::thread::scope(|s| {
+        let other = s.spawn(|| fill(&f, n / 2..n));
+        fill(&f, 0..n / 2) + other.join().expect("fill thread panicked")
+    });
+    eprintln!(
+        "[setup {}] bloom-core-cuckoo alone: {} buckets, {} slots, {} bytes, filled in {:.2?} \
+         (two threads); failed inserts: {failed}",
+        size_label(n),
+        f.num_buckets(),
+        f.slots(),
+        f.size_in_bytes(),
+        t.elapsed()
+    );
+    f
+}
+
+/// `contains` per key against `contains_many`, a batch of [`BATCH`] keys per iteration.
+fn batch_lookups(
+    c: &mut Criterion,
+    n: u64,
+    f: &CuckooFilter,
+    members: &[u64],
+    non_members: &[u64],
+) {
+    for (op, keys) in [
+        ("contains_many_hit", members),
+        ("contains_many_miss", non_members),
+    ] {
+        assert_eq!(keys.len() % BATCH, 0, "whole batches");
+        let differ = keys
+            .chunks(BATCH)
+            .filter(|batch| {
+                f.contains_many(*batch) != batch.iter().map(|k| f.contains(k)).collect::<Vec<_>>()
+            })
+            .count();
+        assert_eq!(differ, 0, "{op}: batches answered unlike contains");
+        let mut group = c.benchmark_group(format!("cuckoo/{op}/{}", size_label(n)));
+        group.throughput(Throughput::Elements(BATCH as u64));
+        // Each position persists across criterion's calls, as in `Lookup`.
+        let mut i = 0;
+        group.bench_function("contains", |b| {
+            b.iter(|| {
+                let batch = &keys[i..i + BATCH];
+                i = (i + BATCH) % keys.len();
+                batch.iter().map(|k| f.contains(k)).collect::<Vec<bool>>()
+            });
+        });
+        let mut i = 0;
+        group.bench_function("contains_many", |b| {
+            b.iter(|| {
+                let batch = &keys[i..i + BATCH];
+                i = (i + BATCH) % keys.len();
+                f.contains_many(batch)
+            });
+        });
+        group.finish();
+    }
+}
+
 /// Registers the fill (`insert`) or the drain (`remove`) of `n` keys for every
 /// implementation (the drain only for those that remove).
 struct FillDrain<'a, 'g> {
@@ -865,13 +939,37 @@ fn benches(c: &mut Criterion) {
     let (members, non_members) = queries(SMALL);
     check(&size_label(SMALL), &small, &members, &non_members);
     lookups(c, SMALL, &small, &members, &non_members);
-    if filter_may_select("50M", &["1M"])
-        && filter_may_select("contains", &["insert", "remove", "mixed"])
-    {
-        let large = Filled::large();
+    batch_lookups(c, SMALL, &small.cuckoo, &members, &non_members);
+    // The 50M setups: the six filters for the peers' lookups, our cuckoo filter for the batch
+    // lookups (the six filters' one if they are built).
+    let others = ["contains_many", "insert", "remove", "mixed"];
+    let large = filter_may_select("50M", &["1M"]);
+    let peers = large
+        && (filter_may_select("contains_hit", &others)
+            || filter_may_select("contains_miss", &others));
+    let batch = large
+        && filter_may_select(
+            "contains_many",
+            &["contains_hit", "contains_miss", "insert", "remove", "mixed"],
+        );
+    if peers || batch {
         let (members, non_members) = queries(LARGE);
-        check(&size_label(LARGE), &large, &members, &non_members);
-        lookups(c, LARGE, &large, &members, &non_members);
+        let filled = peers.then(Filled::large);
+        if let Some(filled) = &filled {
+            check(&size_label(LARGE), filled, &members, &non_members);
+            lookups(c, LARGE, filled, &members, &non_members);
+        }
+        if batch {
+            let alone;
+            let cuckoo = match &filled {
+                Some(filled) => &filled.cuckoo,
+                None => {
+                    alone = cuckoo_alone(LARGE);
+                    &alone
+                }
+            };
+            batch_lookups(c, LARGE, cuckoo, &members, &non_members);
+        }
     }
     fills_and_drains(c, SMALL);
     mixed(c, SMALL);

@@ -428,7 +428,7 @@ fn advise_huge_pages(_: *mut u8, _: usize) {}
 #[inline(always)]
 #[cfg(all(target_arch = "x86_64", not(loom)))]
 #[allow(unsafe_code)]
-fn prefetch(word: &AtomicU64) {
+pub(crate) fn prefetch(word: &AtomicU64) {
     use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
     // SAFETY: PREFETCHT0 is only a hint: it never faults, even on an invalid address, and has
     // no architecturally visible effect. SSE, which it belongs to, is part of the x86_64
@@ -438,7 +438,7 @@ fn prefetch(word: &AtomicU64) {
 
 #[inline(always)]
 #[cfg(not(all(target_arch = "x86_64", not(loom))))]
-fn prefetch(word: &AtomicU64) {
+pub(crate) fn prefetch(word: &AtomicU64) {
     // No stable safe prefetch elsewhere: a plain load still overlaps with the other keys'
     // loads in the out-of-order window, which is most of the benefit.
     let _ = word.load(crate::sync::Ordering::Relaxed);

@@ -791,8 +791,8 @@ impl BloomFilter {
 /// Hashes each key and calls `prefetch` with its hash `WINDOW` keys before handing the hash
 /// to `then`, in the keys' order: a sliding window keeps `WINDOW` memory accesses in flight
 /// all the time, where hashing a batch and then draining it would let them run dry at every
-/// batch boundary. The batch forms of [`BloomFilter`] and of
-/// [`WindowedFilter`](crate::WindowedFilter) run through it.
+/// batch boundary. The batch forms of [`BloomFilter`], [`WindowedFilter`](crate::WindowedFilter)
+/// and [`CuckooFilter`](crate::CuckooFilter) run through it.
 #[inline]
 pub(crate) fn pipelined<I>(
     hasher: &KeyHasher,

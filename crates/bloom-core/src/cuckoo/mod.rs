@@ -60,7 +60,10 @@
 //! lookup retries; and an even first version read (acquire) sees every write of every hold
 //! that ended before it. A lookup that answers has therefore read both buckets as they were
 //! with no hold of either stripe in progress: between holds, where the invariant places
-//! `k`'s fingerprint in `a` or `b`, and the lookup finds it.
+//! `k`'s fingerprint in `a` or `b`, and the lookup finds it. The batch lookup
+//! (`contains_many`) runs each key through this same lookup when its turn comes; what it
+//! adds, a prefetch of the key's words a window of keys earlier, is only a hint no answer
+//! depends on (`tests/cuckoo_batch.rs`).
 //!
 //! **Progress.** A lookup never writes shared memory and never takes a lock; it retries
 //! only while a writer is inside a hold of one of its two stripes, a few dozen instructions

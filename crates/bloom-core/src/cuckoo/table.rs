@@ -117,6 +117,20 @@ impl Table {
         (both >> shift) as u64 & mask
     }
 
+    /// Hints the CPU to start fetching the words buckets `a` and `b` lie in (both words of
+    /// each, as [`load`](Self::load) reads them), for a lookup of them a few keys later. A
+    /// hint (off x86-64, a load whose value is dropped): no answer depends on it, the lookup
+    /// still reads and validates as usual.
+    #[inline(always)]
+    pub(crate) fn prefetch_pair(&self, a: u64, b: u64) {
+        let bits = u64::from(self.shape.bucket_bits());
+        for i in [a, b] {
+            let word = (i * bits / 64) as usize;
+            crate::bit_vector::prefetch(&self.words[word]);
+            crate::bit_vector::prefetch(&self.words[word + 1]);
+        }
+    }
+
     /// Replaces bucket `i`'s bits `old` (what they are: the caller holds its stripe) with
     /// `new`, flipping only the bits that differ.
     #[inline]
