@@ -40,6 +40,7 @@ pub mod reject;
 #[cfg(feature = "response-cache")]
 #[cfg_attr(docsrs, doc(cfg(feature = "response-cache")))]
 pub mod response_cache;
+mod setters;
 pub mod shared_filter;
 pub mod stats;
 

@@ -78,6 +78,11 @@ pub use crate::guard::stats::GuardStats;
 pub use crate::shared_filter::stats::FilterStats;
 // Where the rebuild code imports it from.
 pub(crate) use crate::shared_filter::stats::RebuildOutcome;
+pub(crate) use series::series;
+#[cfg(feature = "metrics")]
+pub(crate) use series::{counter, gauge, histogram};
+
+mod series;
 
 /// The metric names.
 pub mod names {

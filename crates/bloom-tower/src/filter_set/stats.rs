@@ -38,57 +38,33 @@ pub struct FilterSetStats {
     pub load_latency_max: Duration,
 }
 
-#[derive(Default)]
-pub(crate) struct Counters {
-    loads: AtomicU64,
-    creates: AtomicU64,
-    load_errors: AtomicU64,
-    evictions: AtomicU64,
-    stores: AtomicU64,
-    store_errors: AtomicU64,
-    coalesced_waiters: AtomicU64,
-    load_nanos: AtomicU64,
-    load_nanos_max: AtomicU64,
-    #[cfg(feature = "metrics")]
-    metrics: std::sync::OnceLock<SetMetrics>,
-}
-
-#[cfg(feature = "metrics")]
-struct SetMetrics {
-    filters: metrics::Gauge,
-    bytes: metrics::Gauge,
-    loads: metrics::Counter,
-    creates: metrics::Counter,
-    load_errors: metrics::Counter,
-    evictions: metrics::Counter,
-    stores: metrics::Counter,
-    store_errors: metrics::Counter,
-    load_duration: metrics::Histogram,
+crate::stats::series! {
+    pub(crate) struct Counters {
+        loads: AtomicU64,
+        coalesced_waiters: AtomicU64,
+        load_nanos: AtomicU64,
+        load_nanos_max: AtomicU64,
+    }
+    with SetMetrics labelled "set" {
+        events {
+            fn create => creates: counter(names::FILTER_SET_CREATES);
+            fn load_error => load_errors: counter(names::FILTER_SET_LOAD_ERRORS);
+            fn eviction => evictions: counter(names::FILTER_SET_EVICTIONS);
+            fn store => stores: counter(names::FILTER_SET_STORES);
+            fn store_error => store_errors: counter(names::FILTER_SET_STORE_ERRORS);
+        }
+        series {
+            filters: gauge(names::FILTER_SET_FILTERS),
+            bytes: gauge(names::FILTER_SET_BYTES),
+            loads: counter(names::FILTER_SET_LOADS),
+            load_duration: histogram(names::FILTER_SET_LOAD_DURATION),
+        }
+    }
 }
 
 // Without `metrics` the set's name labels nothing.
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
 impl Counters {
-    #[cfg(feature = "metrics")]
-    fn metrics(&self, set: &str) -> &SetMetrics {
-        self.metrics.get_or_init(|| {
-            crate::stats::describe_once();
-            let counter = |name: &'static str| metrics::counter!(name, "set" => set.to_owned());
-            let gauge = |name: &'static str| metrics::gauge!(name, "set" => set.to_owned());
-            SetMetrics {
-                filters: gauge(names::FILTER_SET_FILTERS),
-                bytes: gauge(names::FILTER_SET_BYTES),
-                loads: counter(names::FILTER_SET_LOADS),
-                creates: counter(names::FILTER_SET_CREATES),
-                load_errors: counter(names::FILTER_SET_LOAD_ERRORS),
-                evictions: counter(names::FILTER_SET_EVICTIONS),
-                stores: counter(names::FILTER_SET_STORES),
-                store_errors: counter(names::FILTER_SET_STORE_ERRORS),
-                load_duration: metrics::histogram!(names::FILTER_SET_LOAD_DURATION, "set" => set.to_owned()),
-            }
-        })
-    }
-
     /// The budget gauge, set once when the set is built.
     pub(crate) fn budget(&self, set: &str, budget: usize) {
         #[cfg(feature = "metrics")]
@@ -116,36 +92,6 @@ impl Counters {
             m.loads.increment(1);
             m.load_duration.record(took.as_secs_f64());
         }
-    }
-
-    pub(crate) fn create(&self, set: &str) {
-        self.creates.fetch_add(1, Relaxed);
-        #[cfg(feature = "metrics")]
-        self.metrics(set).creates.increment(1);
-    }
-
-    pub(crate) fn load_error(&self, set: &str) {
-        self.load_errors.fetch_add(1, Relaxed);
-        #[cfg(feature = "metrics")]
-        self.metrics(set).load_errors.increment(1);
-    }
-
-    pub(crate) fn eviction(&self, set: &str) {
-        self.evictions.fetch_add(1, Relaxed);
-        #[cfg(feature = "metrics")]
-        self.metrics(set).evictions.increment(1);
-    }
-
-    pub(crate) fn store(&self, set: &str) {
-        self.stores.fetch_add(1, Relaxed);
-        #[cfg(feature = "metrics")]
-        self.metrics(set).stores.increment(1);
-    }
-
-    pub(crate) fn store_error(&self, set: &str) {
-        self.store_errors.fetch_add(1, Relaxed);
-        #[cfg(feature = "metrics")]
-        self.metrics(set).store_errors.increment(1);
     }
 
     pub(crate) fn coalesced_waiter(&self) {

@@ -26,47 +26,32 @@ pub struct GuardStats {
     pub ambiguous_key: u64,
 }
 
-/// The counters behind [`GuardStats`]: those of one guard name. They hold no configuration;
-/// each event is passed the guard's name, which labels the series. A renamed guard gets new
-/// counters ([`BloomGuard::name`](crate::BloomGuard::name)), so every event of one
-/// `GuardCounters` passes the same name.
-#[derive(Default)]
-pub(crate) struct GuardCounters {
-    passed: AtomicU64,
-    rejected: AtomicU64,
-    missing_key: AtomicU64,
-    ambiguous_key: AtomicU64,
-    diagnosis: Diagnosis,
-    /// Registering a series looks it up in the recorder: done once, on the first request.
-    #[cfg(feature = "metrics")]
-    metrics: std::sync::OnceLock<GuardMetrics>,
-}
-
-#[cfg(feature = "metrics")]
-struct GuardMetrics {
-    checked: metrics::Counter,
-    passed: metrics::Counter,
-    rejected: metrics::Counter,
-    missing_key: metrics::Counter,
+crate::stats::series! {
+    /// The counters behind [`GuardStats`]: those of one guard name. They hold no configuration;
+    /// each event is passed the guard's name, which labels the series. A renamed guard gets new
+    /// counters ([`BloomGuard::name`](crate::BloomGuard::name)), so every event of one
+    /// `GuardCounters` passes the same name.
+    pub(crate) struct GuardCounters {
+        passed: AtomicU64,
+        rejected: AtomicU64,
+        missing_key: AtomicU64,
+        ambiguous_key: AtomicU64,
+        diagnosis: Diagnosis,
+    }
+    with GuardMetrics labelled "guard" {
+        events {}
+        series {
+            checked: counter(names::GUARD_CHECKED),
+            passed: counter(names::GUARD_PASSED),
+            rejected: counter(names::GUARD_REJECTED),
+            missing_key: counter(names::GUARD_MISSING_KEY),
+        }
+    }
 }
 
 // Without `metrics` the guard's name only labels the warnings of `rejected` and `missing_key`.
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
 impl GuardCounters {
-    #[cfg(feature = "metrics")]
-    fn metrics(&self, guard: &str) -> &GuardMetrics {
-        self.metrics.get_or_init(|| {
-            crate::stats::describe_once();
-            let counter = |name: &'static str| metrics::counter!(name, "guard" => guard.to_owned());
-            GuardMetrics {
-                checked: counter(names::GUARD_CHECKED),
-                passed: counter(names::GUARD_PASSED),
-                rejected: counter(names::GUARD_REJECTED),
-                missing_key: counter(names::GUARD_MISSING_KEY),
-            }
-        })
-    }
-
     /// The filter found the key maybe present.
     #[inline]
     pub(crate) fn passed(&self, guard: &str) {

@@ -32,41 +32,28 @@ where
     K: Key + Hash + Eq + Clone + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,
 {
-    /// Most values kept, and, apart, most negative entries kept; 10,000 each by default.
-    /// Negative entries have a bound of their own so that a flood of keys the filter lets
-    /// through by mistake cannot evict values.
-    pub fn max_capacity(mut self, entries: u64) -> Self {
-        self.max_capacity = entries;
-        self
-    }
+    crate::setters::setters! {
+        /// Most values kept, and, apart, most negative entries kept; 10,000 each by default.
+        /// Negative entries have a bound of their own so that a flood of keys the filter lets
+        /// through by mistake cannot evict values.
+        pub fn max_capacity(entries: u64) => max_capacity = entries;
 
-    /// How long a loaded value is served before it is loaded again; 5 minutes by default.
-    /// Each entry lives a random 90–100% of it, so keys loaded together (a hot set after a
-    /// deploy) do not all expire, and stampede the database, together.
-    pub fn time_to_live(mut self, ttl: Duration) -> Self {
-        self.settings.time_to_live = ttl;
-        self
-    }
+        /// How long a loaded value is served before it is loaded again; 5 minutes by default.
+        /// Each entry lives a random 90–100% of it, so keys loaded together (a hot set after a
+        /// deploy) do not all expire, and stampede the database, together.
+        pub fn time_to_live(ttl: Duration) => settings.time_to_live = ttl;
 
-    /// How long "not found" is remembered; 30 seconds by default. Keep it short: it is how
-    /// long a key created elsewhere without [`GuardedCache::invalidate`] (or, for another
-    /// instance, [`SharedFilter::forget_remote`]) stays invisible.
-    pub fn negative_ttl(mut self, ttl: Duration) -> Self {
-        self.settings.negative_ttl = ttl;
-        self
-    }
+        /// How long "not found" is remembered; 30 seconds by default. Keep it short: it is how
+        /// long a key created elsewhere without [`GuardedCache::invalidate`] (or, for another
+        /// instance, [`SharedFilter::forget_remote`]) stays invisible.
+        pub fn negative_ttl(ttl: Duration) => settings.negative_ttl = ttl;
 
-    /// How long a load may run before it and everyone waiting for it get
-    /// [`LoadErrorKind::Timeout`](super::LoadErrorKind::Timeout); 10 seconds by default.
-    pub fn load_timeout(mut self, timeout: Duration) -> Self {
-        self.load_timeout = Some(timeout);
-        self
-    }
+        /// How long a load may run before it and everyone waiting for it get
+        /// [`LoadErrorKind::Timeout`](super::LoadErrorKind::Timeout); 10 seconds by default.
+        pub fn load_timeout(timeout: Duration) => load_timeout = Some(timeout);
 
-    /// The name used as the `cache` metric label; `"default"` by default.
-    pub fn name(mut self, name: impl Into<std::borrow::Cow<'static, str>>) -> Self {
-        self.settings.name = name.into();
-        self
+        /// The name used as the `cache` metric label; `"default"` by default.
+        pub fn name(name: impl Into<std::borrow::Cow<'static, str>>) => settings.name = name.into();
     }
 
     /// Builds the cache.

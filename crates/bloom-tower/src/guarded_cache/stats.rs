@@ -38,56 +38,38 @@ pub struct CacheStats {
     pub measured_fpr: f64,
 }
 
-/// The counters behind [`CacheStats`]. They hold no configuration: each event is passed the
-/// cache's name, which labels the series, and the filter the cache is guarded by, where
-/// rejections and false positives are counted too (see [`CacheStats::measured_fpr`]).
-#[derive(Default)]
-pub(crate) struct CacheCounters {
-    filter_rejections: AtomicU64,
-    hits: AtomicU64,
-    negative_hits: AtomicU64,
-    loads: AtomicU64,
-    load_errors: AtomicU64,
-    coalesced_waiters: AtomicU64,
-    false_positives: AtomicU64,
-    /// Registering a series looks it up in the recorder: done once, on the first lookup.
-    #[cfg(feature = "metrics")]
-    metrics: std::sync::OnceLock<CacheMetrics>,
-}
-
-#[cfg(feature = "metrics")]
-struct CacheMetrics {
-    filter_rejections: metrics::Counter,
-    hits: metrics::Counter,
-    negative_hits: metrics::Counter,
-    loads: metrics::Counter,
-    load_errors: metrics::Counter,
-    coalesced_waiters: metrics::Counter,
-    false_positives: metrics::Counter,
-    load_duration: metrics::Histogram,
+crate::stats::series! {
+    /// The counters behind [`CacheStats`]. They hold no configuration: each event is passed the
+    /// cache's name, which labels the series, and the filter the cache is guarded by, where
+    /// rejections and false positives are counted too (see [`CacheStats::measured_fpr`]).
+    pub(crate) struct CacheCounters {
+        filter_rejections: AtomicU64,
+        false_positives: AtomicU64,
+    }
+    with CacheMetrics labelled "cache" {
+        events {
+            /// Answered from the cache with a value.
+            fn hit => hits: counter(names::CACHE_HITS);
+            /// Answered from the negative cache.
+            fn negative_hit => negative_hits: counter(names::CACHE_NEGATIVE_HITS);
+            /// A loader run begins.
+            fn load => loads: counter(names::CACHE_LOADS);
+            /// A loader run failed, timed out or panicked.
+            fn load_error => load_errors: counter(names::CACHE_LOAD_ERRORS);
+            /// A lookup waits for another lookup's load.
+            fn coalesced_waiter => coalesced_waiters: counter(names::CACHE_COALESCED_WAITERS);
+        }
+        series {
+            filter_rejections: counter(names::CACHE_FILTER_REJECTIONS),
+            false_positives: counter(names::CACHE_FALSE_POSITIVES),
+            load_duration: histogram(names::CACHE_LOAD_DURATION),
+        }
+    }
 }
 
 // Without `metrics` the cache's name labels nothing.
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
 impl CacheCounters {
-    #[cfg(feature = "metrics")]
-    fn metrics(&self, cache: &str) -> &CacheMetrics {
-        self.metrics.get_or_init(|| {
-            crate::stats::describe_once();
-            let counter = |name: &'static str| metrics::counter!(name, "cache" => cache.to_owned());
-            CacheMetrics {
-                filter_rejections: counter(names::CACHE_FILTER_REJECTIONS),
-                hits: counter(names::CACHE_HITS),
-                negative_hits: counter(names::CACHE_NEGATIVE_HITS),
-                loads: counter(names::CACHE_LOADS),
-                load_errors: counter(names::CACHE_LOAD_ERRORS),
-                coalesced_waiters: counter(names::CACHE_COALESCED_WAITERS),
-                false_positives: counter(names::CACHE_FALSE_POSITIVES),
-                load_duration: metrics::histogram!(names::CACHE_LOAD_DURATION, "cache" => cache.to_owned()),
-            }
-        })
-    }
-
     /// The filter answered "definitely absent": counted by the filter too, where a guard's
     /// rejections are.
     pub(crate) fn filter_rejection<K>(&self, cache: &str, filter: &SharedFilter<K>) {
@@ -95,41 +77,6 @@ impl CacheCounters {
         #[cfg(feature = "metrics")]
         self.metrics(cache).filter_rejections.increment(1);
         filter.count_rejection();
-    }
-
-    /// Answered from the cache with a value.
-    pub(crate) fn hit(&self, cache: &str) {
-        self.hits.fetch_add(1, Relaxed);
-        #[cfg(feature = "metrics")]
-        self.metrics(cache).hits.increment(1);
-    }
-
-    /// Answered from the negative cache.
-    pub(crate) fn negative_hit(&self, cache: &str) {
-        self.negative_hits.fetch_add(1, Relaxed);
-        #[cfg(feature = "metrics")]
-        self.metrics(cache).negative_hits.increment(1);
-    }
-
-    /// A loader run begins.
-    pub(crate) fn load(&self, cache: &str) {
-        self.loads.fetch_add(1, Relaxed);
-        #[cfg(feature = "metrics")]
-        self.metrics(cache).loads.increment(1);
-    }
-
-    /// A loader run failed, timed out or panicked.
-    pub(crate) fn load_error(&self, cache: &str) {
-        self.load_errors.fetch_add(1, Relaxed);
-        #[cfg(feature = "metrics")]
-        self.metrics(cache).load_errors.increment(1);
-    }
-
-    /// A lookup waits for another lookup's load.
-    pub(crate) fn coalesced_waiter(&self, cache: &str) {
-        self.coalesced_waiters.fetch_add(1, Relaxed);
-        #[cfg(feature = "metrics")]
-        self.metrics(cache).coalesced_waiters.increment(1);
     }
 
     /// The filter let through a key the loader did not find: counted by the filter too.

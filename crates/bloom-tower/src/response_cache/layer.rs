@@ -233,114 +233,95 @@ pub struct ResponseCacheBuilder<E> {
 }
 
 impl<E> ResponseCacheBuilder<E> {
-    /// The name used as the `cache` metric label; `"default"` by default.
-    ///
-    /// ```
-    /// # use bloom_tower::{ResponseCache, key};
-    /// let cache = ResponseCache::builder(key::path_param("id")).name("users").build();
-    /// # let _ = cache;
-    /// ```
-    pub fn name(mut self, name: impl Into<Cow<'static, str>>) -> Self {
-        self.settings.name = name.into();
-        self
-    }
+    crate::setters::setters! {
+        /// The name used as the `cache` metric label; `"default"` by default.
+        ///
+        /// ```
+        /// # use bloom_tower::{ResponseCache, key};
+        /// let cache = ResponseCache::builder(key::path_param("id")).name("users").build();
+        /// # let _ = cache;
+        /// ```
+        pub fn name(name: impl Into<Cow<'static, str>>) => settings.name = name.into();
 
-    /// The byte budget: bodies, headers and keys of every stored response, together; 64 MiB
-    /// by default. Beyond it the least useful responses are evicted; a response that alone
-    /// weighs more is never stored.
-    ///
-    /// ```
-    /// # use bloom_tower::{ResponseCache, key};
-    /// let cache = ResponseCache::builder(key::path_param("id")).max_bytes(256 << 20).build();
-    /// # let _ = cache;
-    /// ```
-    pub fn max_bytes(mut self, bytes: u64) -> Self {
-        self.max_bytes = bytes;
-        self
-    }
+        /// The byte budget: bodies, headers and keys of every stored response, together; 64 MiB
+        /// by default. Beyond it the least useful responses are evicted; a response that alone
+        /// weighs more is never stored.
+        ///
+        /// ```
+        /// # use bloom_tower::{ResponseCache, key};
+        /// let cache = ResponseCache::builder(key::path_param("id")).max_bytes(256 << 20).build();
+        /// # let _ = cache;
+        /// ```
+        pub fn max_bytes(bytes: u64) => max_bytes = bytes;
 
-    /// How long a `200` is served from the cache; 60 seconds by default. A response's own
-    /// `s-maxage` or `max-age` (less its `Age`) can shorten it, never lengthen it.
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// # use bloom_tower::{ResponseCache, key};
-    /// let cache = ResponseCache::builder(key::path_param("id"))
-    ///     .time_to_live(Duration::from_secs(300))
-    ///     .build();
-    /// # let _ = cache;
-    /// ```
-    pub fn time_to_live(mut self, ttl: Duration) -> Self {
-        self.settings.time_to_live = ttl;
-        self
-    }
+        /// How long a `200` is served from the cache; 60 seconds by default. A response's own
+        /// `s-maxage` or `max-age` (less its `Age`) can shorten it, never lengthen it.
+        ///
+        /// ```
+        /// # use std::time::Duration;
+        /// # use bloom_tower::{ResponseCache, key};
+        /// let cache = ResponseCache::builder(key::path_param("id"))
+        ///     .time_to_live(Duration::from_secs(300))
+        ///     .build();
+        /// # let _ = cache;
+        /// ```
+        pub fn time_to_live(ttl: Duration) => settings.time_to_live = ttl;
 
-    /// How long a `404` is served from the cache; 10 seconds by default. Keep it short: it is
-    /// how long a record created without [`ResponseCache::invalidate`] stays invisible.
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// # use bloom_tower::{ResponseCache, key};
-    /// let cache = ResponseCache::builder(key::path_param("id"))
-    ///     .negative_ttl(Duration::from_secs(2))
-    ///     .build();
-    /// # let _ = cache;
-    /// ```
-    pub fn negative_ttl(mut self, ttl: Duration) -> Self {
-        self.settings.negative_ttl = ttl;
-        self
-    }
+        /// How long a `404` is served from the cache; 10 seconds by default. Keep it short: it is
+        /// how long a record created without [`ResponseCache::invalidate`] stays invisible.
+        ///
+        /// ```
+        /// # use std::time::Duration;
+        /// # use bloom_tower::{ResponseCache, key};
+        /// let cache = ResponseCache::builder(key::path_param("id"))
+        ///     .negative_ttl(Duration::from_secs(2))
+        ///     .build();
+        /// # let _ = cache;
+        /// ```
+        pub fn negative_ttl(ttl: Duration) => settings.negative_ttl = ttl;
 
-    /// The largest body stored; 64 KiB by default. A response that declares a larger one
-    /// (`size_hint`) is passed through untouched; one that turns out larger while it is read
-    /// reaches the client whole and is not stored.
-    ///
-    /// ```
-    /// # use bloom_tower::{ResponseCache, key};
-    /// let cache = ResponseCache::builder(key::path_param("id")).max_body_bytes(1 << 20).build();
-    /// # let _ = cache;
-    /// ```
-    pub fn max_body_bytes(mut self, bytes: u64) -> Self {
-        self.max_body_bytes = bytes;
-        self
-    }
+        /// The largest body stored; 64 KiB by default. A response that declares a larger one
+        /// (`size_hint`) is passed through untouched; one that turns out larger while it is read
+        /// reaches the client whole and is not stored.
+        ///
+        /// ```
+        /// # use bloom_tower::{ResponseCache, key};
+        /// let cache = ResponseCache::builder(key::path_param("id")).max_body_bytes(1 << 20).build();
+        /// # let _ = cache;
+        /// ```
+        pub fn max_body_bytes(bytes: u64) => max_body_bytes = bytes;
 
-    /// How long a request waits for another request's load of the same URL before it calls
-    /// the inner service itself; 5 seconds by default.
-    ///
-    /// Why 5 s: well above a healthy handler's latency (a database lookup), so waiters almost
-    /// never give up on a load that would have finished, and a burst still costs one call; yet
-    /// well below the 30–60 s after which clients and proxies give up, so a hung or very slow
-    /// leader costs its waiters 5 s and one call each, not their answer. Set it near your
-    /// handler's worst acceptable latency.
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// # use bloom_tower::{ResponseCache, key};
-    /// let cache = ResponseCache::builder(key::path_param("id"))
-    ///     .wait_timeout(Duration::from_millis(500))
-    ///     .build();
-    /// # let _ = cache;
-    /// ```
-    pub fn wait_timeout(mut self, timeout: Duration) -> Self {
-        self.wait_timeout = timeout;
-        self
-    }
+        /// How long a request waits for another request's load of the same URL before it calls
+        /// the inner service itself; 5 seconds by default.
+        ///
+        /// Why 5 s: well above a healthy handler's latency (a database lookup), so waiters almost
+        /// never give up on a load that would have finished, and a burst still costs one call; yet
+        /// well below the 30–60 s after which clients and proxies give up, so a hung or very slow
+        /// leader costs its waiters 5 s and one call each, not their answer. Set it near your
+        /// handler's worst acceptable latency.
+        ///
+        /// ```
+        /// # use std::time::Duration;
+        /// # use bloom_tower::{ResponseCache, key};
+        /// let cache = ResponseCache::builder(key::path_param("id"))
+        ///     .wait_timeout(Duration::from_millis(500))
+        ///     .build();
+        /// # let _ = cache;
+        /// ```
+        pub fn wait_timeout(timeout: Duration) => wait_timeout = timeout;
 
-    /// Every URL whose extracted key is equal gets the same response: `/users/7`,
-    /// `/users/7?fields=email` and `/v2/users/7` on any host share one stored response
-    /// (still subject to `Vary` and credentials). Only for routes whose response depends on
-    /// the key alone; by default the authority, path and query are part of the cache key.
-    ///
-    /// ```
-    /// # use bloom_tower::{ResponseCache, key};
-    /// // `/users/{id}` ignores its query string (tracking parameters), so share across it.
-    /// let cache = ResponseCache::builder(key::path_param("id")).share_by_key_only().build();
-    /// # let _ = cache;
-    /// ```
-    pub fn share_by_key_only(mut self) -> Self {
-        self.share_by_key_only = true;
-        self
+        /// Every URL whose extracted key is equal gets the same response: `/users/7`,
+        /// `/users/7?fields=email` and `/v2/users/7` on any host share one stored response
+        /// (still subject to `Vary` and credentials). Only for routes whose response depends on
+        /// the key alone; by default the authority, path and query are part of the cache key.
+        ///
+        /// ```
+        /// # use bloom_tower::{ResponseCache, key};
+        /// // `/users/{id}` ignores its query string (tracking parameters), so share across it.
+        /// let cache = ResponseCache::builder(key::path_param("id")).share_by_key_only().build();
+        /// # let _ = cache;
+        /// ```
+        pub fn share_by_key_only() => share_by_key_only = true;
     }
 
     /// Builds the layer.

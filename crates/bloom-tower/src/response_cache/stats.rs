@@ -1,7 +1,7 @@
 //! [`ResponseCacheStats`] and the counters behind it, mirrored to the `metrics` facade (the
 //! `bloom_response_cache_*` series of [`crate::stats`]).
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 
 #[cfg(feature = "metrics")]
 use crate::stats::names;
@@ -51,125 +51,38 @@ pub struct ResponseCacheStats {
     pub bytes: u64,
 }
 
-/// The counters behind [`ResponseCacheStats`]. They hold no configuration: each event is
-/// passed the cache's name, which labels the series.
-#[derive(Default)]
-pub(crate) struct ResponseCacheCounters {
-    hits: AtomicU64,
-    negative_hits: AtomicU64,
-    loads: AtomicU64,
-    coalesced_waiters: AtomicU64,
-    passed_through: AtomicU64,
-    bypassed: AtomicU64,
-    not_stored: AtomicU64,
-    wait_timeouts: AtomicU64,
-    stale_loads_discarded: AtomicU64,
-    /// Registering a series looks it up in the recorder: done once, on the first request.
-    #[cfg(feature = "metrics")]
-    metrics: std::sync::OnceLock<ResponseCacheMetrics>,
+crate::stats::series! {
+    /// The counters behind [`ResponseCacheStats`]. They hold no configuration: each event is
+    /// passed the cache's name, which labels the series.
+    pub(crate) struct ResponseCacheCounters {
+    }
+    with ResponseCacheMetrics labelled "cache" {
+        events {
+            /// Answered with a stored `200`.
+            fn hit => hits: counter(names::RESPONSE_CACHE_HITS, "status" => "200");
+            /// Answered with a stored `404`.
+            fn negative_hit => negative_hits: counter(names::RESPONSE_CACHE_HITS, "status" => "404");
+            /// A call to the inner service to fill the cache.
+            fn load => loads: counter(names::RESPONSE_CACHE_LOADS);
+            /// A request waits for another request's load of its URL.
+            fn coalesced_waiter => coalesced_waiters: counter(names::RESPONSE_CACHE_COALESCED);
+            /// A request the cache does not answer (not `GET`, or no key).
+            fn passed_through => passed_through: counter(names::RESPONSE_CACHE_PASSED_THROUGH);
+            /// A `GET` that skips the shared cache because of its own headers.
+            fn bypassed => bypassed: counter(names::RESPONSE_CACHE_BYPASSED);
+            /// A response that may not, or cannot, be stored.
+            fn not_stored => not_stored: counter(names::RESPONSE_CACHE_NOT_STORED);
+            /// A waiter gave up on another request's load.
+            fn wait_timeout => wait_timeouts: counter(names::RESPONSE_CACHE_WAIT_TIMEOUTS);
+            /// A response discarded because its key was invalidated during its load.
+            fn stale_load_discarded => stale_loads_discarded:
+                counter(names::RESPONSE_CACHE_STALE_DISCARDED);
+        }
+        series {}
+    }
 }
 
-#[cfg(feature = "metrics")]
-struct ResponseCacheMetrics {
-    hits: metrics::Counter,
-    negative_hits: metrics::Counter,
-    loads: metrics::Counter,
-    coalesced_waiters: metrics::Counter,
-    passed_through: metrics::Counter,
-    bypassed: metrics::Counter,
-    not_stored: metrics::Counter,
-    wait_timeouts: metrics::Counter,
-    stale_loads_discarded: metrics::Counter,
-}
-
-// Without `metrics` the cache's name labels nothing.
-#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
 impl ResponseCacheCounters {
-    #[cfg(feature = "metrics")]
-    fn metrics(&self, cache: &str) -> &ResponseCacheMetrics {
-        self.metrics.get_or_init(|| {
-            crate::stats::describe_once();
-            let counter = |name: &'static str| metrics::counter!(name, "cache" => cache.to_owned());
-            let hits = |status: &'static str| {
-                metrics::counter!(names::RESPONSE_CACHE_HITS, "cache" => cache.to_owned(), "status" => status)
-            };
-            ResponseCacheMetrics {
-                hits: hits("200"),
-                negative_hits: hits("404"),
-                loads: counter(names::RESPONSE_CACHE_LOADS),
-                coalesced_waiters: counter(names::RESPONSE_CACHE_COALESCED),
-                passed_through: counter(names::RESPONSE_CACHE_PASSED_THROUGH),
-                bypassed: counter(names::RESPONSE_CACHE_BYPASSED),
-                not_stored: counter(names::RESPONSE_CACHE_NOT_STORED),
-                wait_timeouts: counter(names::RESPONSE_CACHE_WAIT_TIMEOUTS),
-                stale_loads_discarded: counter(names::RESPONSE_CACHE_STALE_DISCARDED),
-            }
-        })
-    }
-
-    /// Answered with a stored `200`.
-    pub(crate) fn hit(&self, cache: &str) {
-        self.hits.fetch_add(1, Relaxed);
-        #[cfg(feature = "metrics")]
-        self.metrics(cache).hits.increment(1);
-    }
-
-    /// Answered with a stored `404`.
-    pub(crate) fn negative_hit(&self, cache: &str) {
-        self.negative_hits.fetch_add(1, Relaxed);
-        #[cfg(feature = "metrics")]
-        self.metrics(cache).negative_hits.increment(1);
-    }
-
-    /// A call to the inner service to fill the cache.
-    pub(crate) fn load(&self, cache: &str) {
-        self.loads.fetch_add(1, Relaxed);
-        #[cfg(feature = "metrics")]
-        self.metrics(cache).loads.increment(1);
-    }
-
-    /// A request waits for another request's load of its URL.
-    pub(crate) fn coalesced_waiter(&self, cache: &str) {
-        self.coalesced_waiters.fetch_add(1, Relaxed);
-        #[cfg(feature = "metrics")]
-        self.metrics(cache).coalesced_waiters.increment(1);
-    }
-
-    /// A request the cache does not answer (not `GET`, or no key).
-    pub(crate) fn passed_through(&self, cache: &str) {
-        self.passed_through.fetch_add(1, Relaxed);
-        #[cfg(feature = "metrics")]
-        self.metrics(cache).passed_through.increment(1);
-    }
-
-    /// A `GET` that skips the shared cache because of its own headers.
-    pub(crate) fn bypassed(&self, cache: &str) {
-        self.bypassed.fetch_add(1, Relaxed);
-        #[cfg(feature = "metrics")]
-        self.metrics(cache).bypassed.increment(1);
-    }
-
-    /// A response that may not, or cannot, be stored.
-    pub(crate) fn not_stored(&self, cache: &str) {
-        self.not_stored.fetch_add(1, Relaxed);
-        #[cfg(feature = "metrics")]
-        self.metrics(cache).not_stored.increment(1);
-    }
-
-    /// A waiter gave up on another request's load.
-    pub(crate) fn wait_timeout(&self, cache: &str) {
-        self.wait_timeouts.fetch_add(1, Relaxed);
-        #[cfg(feature = "metrics")]
-        self.metrics(cache).wait_timeouts.increment(1);
-    }
-
-    /// A response discarded because its key was invalidated during its load.
-    pub(crate) fn stale_load_discarded(&self, cache: &str) {
-        self.stale_loads_discarded.fetch_add(1, Relaxed);
-        #[cfg(feature = "metrics")]
-        self.metrics(cache).stale_loads_discarded.increment(1);
-    }
-
     /// The stats of a cache holding `bytes`.
     pub(crate) fn snapshot(&self, bytes: u64) -> ResponseCacheStats {
         ResponseCacheStats {

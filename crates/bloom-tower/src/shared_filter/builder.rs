@@ -86,64 +86,45 @@ impl<K: ?Sized> fmt::Debug for SharedFilterBuilder<K> {
 }
 
 impl<K: ?Sized> SharedFilterBuilder<K> {
-    /// The name in logs and the `filter` metric label; `"default"` if not set.
-    pub fn name(mut self, name: impl Into<Cow<'static, str>>) -> Self {
-        self.name = Some(name.into());
-        self
-    }
+    crate::setters::setters! {
+        /// The name in logs and the `filter` metric label; `"default"` if not set.
+        pub fn name(name: impl Into<Cow<'static, str>>) => name = Some(name.into());
 
-    /// The number of keys rebuilt filters are sized for at least (a source's count hint
-    /// can raise it). Defaults to the initial filter's capacity.
-    pub fn capacity(mut self, keys: u64) -> Self {
-        self.capacity = Some(keys);
-        self
-    }
+        /// The number of keys rebuilt filters are sized for at least (a source's count hint
+        /// can raise it). Defaults to the initial filter's capacity.
+        pub fn capacity(keys: u64) => capacity = Some(keys);
 
-    /// The false-positive rate rebuilt filters are sized for. Defaults to the initial
-    /// filter's, or 1% if it was sized by bits.
-    pub fn false_positive_rate(mut self, p: f64) -> Self {
-        self.fpr = Some(p);
-        self
-    }
+        /// The false-positive rate rebuilt filters are sized for. Defaults to the initial
+        /// filter's, or 1% if it was sized by bits.
+        pub fn false_positive_rate(p: f64) => fpr = Some(p);
 
-    /// When the filter saturates, double the capacity for the next rebuild and wake the
-    /// [`rebuild_every`](SharedFilter::rebuild_every) task to run it now. Off by default:
-    /// saturation is then only reported.
-    ///
-    /// The next capacity is twice the larger of the saturated filter's capacity (for one sized
-    /// by bits, the keys its bits hold at the rebuild rate) and its key count, at most 2³²
-    /// keys (a larger configured capacity is kept, never raised further). A key count its bits
-    /// cannot vouch for is ignored: an all-ones filter estimates +∞ keys, so growing from it
-    /// just doubles the capacity (and doubles again if the rebuilt filter saturates too), and
-    /// never asks for an unbuildable size that would fail every later rebuild.
-    pub fn auto_grow(mut self, on: bool) -> Self {
-        self.auto_grow = on;
-        self
-    }
+        /// When the filter saturates, double the capacity for the next rebuild and wake the
+        /// [`rebuild_every`](SharedFilter::rebuild_every) task to run it now. Off by default:
+        /// saturation is then only reported.
+        ///
+        /// The next capacity is twice the larger of the saturated filter's capacity (for one sized
+        /// by bits, the keys its bits hold at the rebuild rate) and its key count, at most 2³²
+        /// keys (a larger configured capacity is kept, never raised further). A key count its bits
+        /// cannot vouch for is ignored: an all-ones filter estimates +∞ keys, so growing from it
+        /// just doubles the capacity (and doubles again if the rebuilt filter saturates too), and
+        /// never asks for an unbuildable size that would fail every later rebuild.
+        pub fn auto_grow(on: bool) => auto_grow = on;
 
-    /// Give every rebuilt filter a fresh random hash key instead of keeping the current one.
-    /// Off by default, since a key set with `BloomFilter::builder().seed(..)` is usually meant
-    /// to stay; turn it on to shake off anyone who has learned keys that collide.
-    pub fn rotate_seed(mut self, on: bool) -> Self {
-        self.rotate_seed = on;
-        self
-    }
+        /// Give every rebuilt filter a fresh random hash key instead of keeping the current one.
+        /// Off by default, since a key set with `BloomFilter::builder().seed(..)` is usually meant
+        /// to stay; turn it on to shake off anyone who has learned keys that collide.
+        pub fn rotate_seed(on: bool) => rotate_seed = on;
 
-    /// Where this filter's snapshot lives: [`start`](Self::start) loads it, every rebuild and
-    /// [`SharedFilter::save_every`] / [`SharedFilter::save_snapshot`] write it (atomically).
-    /// The file holds the secret hash key: keep it private.
-    pub fn snapshot(mut self, path: impl Into<PathBuf>) -> Self {
-        self.snapshot = Some(path.into());
-        self
-    }
+        /// Where this filter's snapshot lives: [`start`](Self::start) loads it, every rebuild and
+        /// [`SharedFilter::save_every`] / [`SharedFilter::save_snapshot`] write it (atomically).
+        /// The file holds the secret hash key: keep it private.
+        pub fn snapshot(path: impl Into<PathBuf>) => snapshot = Some(path.into());
 
-    /// The hash key a snapshot must have been made with to be loaded by
-    /// [`start`](Self::start): set it when the key is configured (shared between instances,
-    /// or rotated on purpose). Without it a snapshot's own key is kept, which is what a filter
-    /// with a random key needs across restarts.
-    pub fn require_hash_key(mut self, seed: u128) -> Self {
-        self.hash_key = Some(seed);
-        self
+        /// The hash key a snapshot must have been made with to be loaded by
+        /// [`start`](Self::start): set it when the key is configured (shared between instances,
+        /// or rotated on purpose). Without it a snapshot's own key is kept, which is what a filter
+        /// with a random key needs across restarts.
+        pub fn require_hash_key(seed: u128) => hash_key = Some(seed);
     }
 
     /// Shares `filter` (any kind: see [`SharedFilter::new`]). Its bits are scanned once to

@@ -198,71 +198,48 @@ impl FilterCounters {
     pub(crate) fn saturated(&self, filter: &str) {
         self.saturation_warnings.fetch_add(1, Relaxed);
         #[cfg(feature = "metrics")]
-        {
-            describe_once();
-            metrics::counter!(names::FILTER_SATURATED, "filter" => filter.to_owned()).increment(1);
-        }
+        crate::stats::counter(names::FILTER_SATURATED, "filter", filter).increment(1);
     }
 
     /// A full cuckoo filter refused an insert.
     pub(crate) fn refused_insert(&self, filter: &str) {
         self.refused_inserts.fetch_add(1, Relaxed);
         #[cfg(feature = "metrics")]
-        {
-            describe_once();
-            metrics::counter!(names::FILTER_REFUSED_INSERTS, "filter" => filter.to_owned())
-                .increment(1);
-        }
+        crate::stats::counter(names::FILTER_REFUSED_INSERTS, "filter", filter).increment(1);
     }
 
     pub(crate) fn unverified_pass(&self, filter: &str) {
         self.unverified_passes.fetch_add(1, Relaxed);
         #[cfg(feature = "metrics")]
-        {
-            describe_once();
-            metrics::counter!(names::FILTER_UNVERIFIED_PASSES, "filter" => filter.to_owned())
-                .increment(1);
-        }
+        crate::stats::counter(names::FILTER_UNVERIFIED_PASSES, "filter", filter).increment(1);
     }
 
     pub(crate) fn verifying(&self, filter: &str, verifying: bool) {
         #[cfg(feature = "metrics")]
-        {
-            describe_once();
-            metrics::gauge!(names::FILTER_VERIFYING, "filter" => filter.to_owned())
-                .set(if verifying { 1.0 } else { 0.0 });
-        }
+        crate::stats::gauge(names::FILTER_VERIFYING, "filter", filter).set(if verifying {
+            1.0
+        } else {
+            0.0
+        });
     }
 
     /// A follow step read `keys` keys.
     pub(crate) fn followed(&self, filter: &str, keys: u64) {
         self.followed_keys.fetch_add(keys, Relaxed);
         #[cfg(feature = "metrics")]
-        {
-            describe_once();
-            metrics::counter!(names::FILTER_FOLLOWED_KEYS, "filter" => filter.to_owned())
-                .increment(keys);
-        }
+        crate::stats::counter(names::FILTER_FOLLOWED_KEYS, "filter", filter).increment(keys);
     }
 
     /// A follow step failed.
     pub(crate) fn follow_failed(&self, filter: &str) {
         self.follow_errors.fetch_add(1, Relaxed);
         #[cfg(feature = "metrics")]
-        {
-            describe_once();
-            metrics::counter!(names::FILTER_FOLLOW_ERRORS, "filter" => filter.to_owned())
-                .increment(1);
-        }
+        crate::stats::counter(names::FILTER_FOLLOW_ERRORS, "filter", filter).increment(1);
     }
 
     pub(crate) fn caught_up(&self, filter: &str, keys: u64) {
         #[cfg(feature = "metrics")]
-        {
-            describe_once();
-            metrics::counter!(names::FILTER_CAUGHT_UP_KEYS, "filter" => filter.to_owned())
-                .increment(keys);
-        }
+        crate::stats::counter(names::FILTER_CAUGHT_UP_KEYS, "filter", filter).increment(keys);
     }
 
     /// A [`BloomGuard`](crate::BloomGuard) or [`GuardedCache`](crate::GuardedCache) lookup
@@ -356,18 +333,11 @@ impl FilterCounters {
     /// A rebuild that swapped in its filter took `took`.
     pub(crate) fn rebuilt_in(&self, filter: &str, took: Duration) {
         #[cfg(feature = "metrics")]
-        {
-            describe_once();
-            metrics::histogram!(names::FILTER_REBUILD_DURATION, "filter" => filter.to_owned())
-                .record(took);
-        }
+        crate::stats::histogram(names::FILTER_REBUILD_DURATION, "filter", filter).record(took);
     }
 
     pub(crate) fn keys(&self, filter: &str, keys: u64) {
         #[cfg(feature = "metrics")]
-        {
-            describe_once();
-            metrics::gauge!(names::FILTER_KEYS, "filter" => filter.to_owned()).set(keys as f64);
-        }
+        crate::stats::gauge(names::FILTER_KEYS, "filter", filter).set(keys as f64);
     }
 }
