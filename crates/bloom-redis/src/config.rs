@@ -43,6 +43,7 @@ pub struct RedisSyncBuilder {
     pub(crate) lock_ttl: Duration,
     pub(crate) ack_timeout: Duration,
     pub(crate) response_timeout: Duration,
+    pub(crate) join_timeout: Duration,
     pub(crate) heartbeat: Duration,
     pub(crate) stale_after: Duration,
     pub(crate) member_timeout: Duration,
@@ -66,6 +67,7 @@ impl fmt::Debug for RedisSyncBuilder {
             .field("pubsub", &self.pubsub)
             .field("segment_bytes", &self.segment_bytes)
             .field("lock_ttl", &self.lock_ttl)
+            .field("join_timeout", &self.join_timeout)
             .field("heartbeat", &self.heartbeat)
             .field("stale_after", &self.stale_after)
             .field("on_stale", &self.on_stale)
@@ -92,6 +94,7 @@ impl RedisSyncBuilder {
             lock_ttl: Duration::from_secs(30),
             ack_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(2),
+            join_timeout: Duration::from_secs(60),
             heartbeat: Duration::from_millis(250),
             stale_after: Duration::from_secs(1),
             member_timeout: Duration::from_secs(30),
@@ -447,6 +450,26 @@ impl RedisSyncBuilder {
     /// ```
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
+        self
+    }
+
+    /// How long [`connect`](Self::connect) goes on trying its first pass while Redis answers
+    /// later than [`response_timeout`](Self::response_timeout) or drops the connection
+    /// (default 60 s). Instances joining at once pull whole filters through one Redis, and a
+    /// reply can wait behind theirs; each try keeps what the ones before pulled (a segment
+    /// whose digest matches is not pulled again). Any other error (a parameter mismatch, a
+    /// refused command, a Redis that cannot be connected to) fails at once
+    /// (`tests/join.rs` `a_join_that_times_out_while_redis_is_busy_tries_again`).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use bloom_redis::RedisSync;
+    ///
+    /// let builder = RedisSync::builder("redis://127.0.0.1/").join_timeout(Duration::from_secs(120));
+    /// # let _ = builder;
+    /// ```
+    pub fn join_timeout(mut self, timeout: Duration) -> Self {
+        self.join_timeout = timeout;
         self
     }
 

@@ -192,6 +192,32 @@ impl Inner {
         }
     }
 
+    /// The first pass of `connect`, tried again while Redis answers too late or drops the
+    /// connection, until `join_timeout`: instances joining at once pull whole filters through
+    /// one Redis, and a reply can wait behind theirs for longer than `response_timeout`.
+    /// Each try is a full pass, so what an earlier one pulled matches and is not pulled
+    /// again. Every other error is returned at once
+    /// (`tests/join.rs` `a_join_that_times_out_while_redis_is_busy_tries_again`).
+    pub(super) async fn join_pass(&self) -> Result<ReconcileReport, Error> {
+        let deadline = Instant::now() + self.cfg.join_timeout;
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            match self.reconcile(Trigger::Periodic).await {
+                Err(Error::Redis(error))
+                    if (error.is_timeout() || error.is_connection_dropped())
+                        && Instant::now() + backoff < deadline =>
+                {
+                    // Jittered, so instances that timed out together do not come back together.
+                    let wait = backoff.mul_f64(1.0 + (random_id() % 1000) as f64 / 1000.0);
+                    tracing::warn!(prefix = %self.prefix, %error, retry_in = ?wait, "joining: Redis answered too late (other instances may be pulling whole filters through it); trying again");
+                    tokio::time::sleep(wait).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+                result => return result,
+            }
+        }
+    }
+
     /// One pass: heartbeat in the member set, parameter check, generation transitions, then
     /// merge every local generation with Redis in both directions: a full pass (digests)
     /// when one is owed or due, otherwise the segments whose versions moved. A pass `woken`

@@ -129,7 +129,7 @@ impl<K: ?Sized> RedisSync<K> {
         }
         let inner = Arc::new(Inner::new(filter, shape, prefix, cfg, conn));
         // The first pass adopts Redis's generation and merges both ways.
-        let report = inner.reconcile(Trigger::Periodic).await?;
+        let report = inner.join_pass().await?;
         inner.reconciled(report);
         inner.reconciliation.joined(report);
         inner.install_hooks();
