@@ -4,6 +4,9 @@
 //! input with a message that says what a good value looks like; clap prints it and exits with
 //! status 2.
 
+use std::ffi::OsString;
+use std::path::PathBuf;
+
 use bloom_core::{BloomFilter, BuildError, Layout, Params, params};
 
 use crate::input::DEFAULT_MAX_LINE_BYTES;
@@ -170,6 +173,25 @@ impl ItemsValue for ItemsArg {
     fn parse(s: &str) -> Result<Self, String> {
         parse_items_or_auto(s)
     }
+}
+
+/// The arguments of the commands that look keys up in, or take them out of, one filter file:
+/// the file, the keys, `--quiet` and [`InputArgs`].
+///
+/// Each command words the help of `file`, `keys` and `quiet` for itself, with
+/// `#[command(mut_arg("file", |a| a.help(..)))]` (likewise `"keys"`, `"quiet"`).
+#[derive(clap::Args, Debug)]
+pub struct FileKeysArgs {
+    /// The filter file.
+    pub file: PathBuf,
+    /// The keys; none reads them from standard input, one per line.
+    #[arg(value_name = "KEY")]
+    pub keys: Vec<OsString>,
+    /// Print nothing.
+    #[arg(short, long)]
+    pub quiet: bool,
+    #[command(flatten)]
+    pub input: InputArgs,
 }
 
 /// Options of the commands that read keys, one per line.

@@ -249,17 +249,12 @@ impl BloomFilter {
         I: IntoIterator,
         I::Item: Key,
     {
-        let keys = keys.into_iter();
-        let mut found = Vec::with_capacity(keys.size_hint().0);
-        pipelined(
+        pipelined_map(
             &self.hasher,
             keys,
             |h| self.prefetch(h),
-            |h| {
-                found.push(self.contains_hash(h));
-            },
-        );
-        found
+            |h| self.contains_hash(h),
+        )
     }
 
     #[inline(always)]
@@ -818,6 +813,23 @@ pub(crate) fn pipelined<I>(
     for i in hashed.saturating_sub(WINDOW)..hashed {
         then(ring[i % WINDOW]);
     }
+}
+
+/// [`pipelined`], collecting `answer`'s value for each key: the values are in the keys' order.
+pub(crate) fn pipelined_map<I, T>(
+    hasher: &KeyHasher,
+    keys: I,
+    prefetch: impl Fn(KeyHash),
+    mut answer: impl FnMut(KeyHash) -> T,
+) -> Vec<T>
+where
+    I: IntoIterator,
+    I::Item: Key,
+{
+    let keys = keys.into_iter();
+    let mut answers = Vec::with_capacity(keys.size_hint().0);
+    pipelined(hasher, keys, prefetch, |h| answers.push(answer(h)));
+    answers
 }
 
 /// Its file's body: the bit array's words, 64 bits to a word.

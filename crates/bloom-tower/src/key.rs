@@ -305,6 +305,63 @@ impl<Req: Key> KeyExtractor<Req> for Identity {
     }
 }
 
+/// Implements [`KeyExtractor`] for `Request<B>`, with [`TextKey`] keys, for `$extractor`, whose
+/// inherent `find` extracts the key: an `Option` (`None`: missing) or an [`Extracted`].
+macro_rules! text_key_extractor {
+    ($extractor:ty) => {
+        impl<B> KeyExtractor<Request<B>> for $extractor {
+            type Key<'a>
+                = TextKey<'a>
+            where
+                B: 'a;
+
+            #[inline]
+            fn extract<'a>(&'a self, req: &'a Request<B>) -> Option<TextKey<'a>> {
+                Found::key(self.find(req))
+            }
+
+            #[inline]
+            fn extract_checked<'a>(&'a self, req: &'a Request<B>) -> Extracted<TextKey<'a>> {
+                Found::extracted(self.find(req))
+            }
+        }
+    };
+}
+
+/// What an extractor's inherent `find` returns, read as [`KeyExtractor::extract`] and
+/// [`KeyExtractor::extract_checked`] answer.
+trait Found<K> {
+    /// The key, if there is exactly one.
+    fn key(self) -> Option<K>;
+    /// The key, or whether it is missing or ambiguous.
+    fn extracted(self) -> Extracted<K>;
+}
+
+/// A key, or none: never ambiguous.
+impl<K> Found<K> for Option<K> {
+    #[inline]
+    fn key(self) -> Option<K> {
+        self
+    }
+
+    #[inline]
+    fn extracted(self) -> Extracted<K> {
+        self.map_or(Extracted::Missing, Extracted::Key)
+    }
+}
+
+impl<K> Found<K> for Extracted<K> {
+    #[inline]
+    fn key(self) -> Option<K> {
+        Extracted::key(self)
+    }
+
+    #[inline]
+    fn extracted(self) -> Extracted<K> {
+        self
+    }
+}
+
 /// The `index`-th segment of the request path, counting from 0 after the leading `/`:
 /// for `/users/42/orders`, segment 0 is `users`, 1 is `42`.
 ///
@@ -329,14 +386,10 @@ pub struct PathSegment {
     index: usize,
 }
 
-impl<B> KeyExtractor<Request<B>> for PathSegment {
-    type Key<'a>
-        = TextKey<'a>
-    where
-        B: 'a;
-
+impl PathSegment {
+    /// The segment, percent-decoded; `None` if it is absent or empty.
     #[inline]
-    fn extract<'a>(&'a self, req: &'a Request<B>) -> Option<TextKey<'a>> {
+    fn find<'a, B>(&'a self, req: &'a Request<B>) -> Option<TextKey<'a>> {
         let path = req.uri().path();
         let mut rest = path.strip_prefix('/').unwrap_or(path);
         for _ in 0..self.index {
@@ -348,6 +401,8 @@ impl<B> KeyExtractor<Request<B>> for PathSegment {
         decode_segment(first_segment(rest).0)
     }
 }
+
+text_key_extractor!(PathSegment);
 
 /// The value of query parameter `name`, form-decoded (`+` is a space, `%XX` escapes
 /// decoded). Absent or empty is a missing key.
@@ -383,18 +438,9 @@ pub struct Query {
     name: Cow<'static, str>,
 }
 
-impl<B> KeyExtractor<Request<B>> for Query {
-    type Key<'a>
-        = TextKey<'a>
-    where
-        B: 'a;
-
-    #[inline]
-    fn extract<'a>(&'a self, req: &'a Request<B>) -> Option<TextKey<'a>> {
-        self.extract_checked(req).key()
-    }
-
-    fn extract_checked<'a>(&'a self, req: &'a Request<B>) -> Extracted<TextKey<'a>> {
+impl Query {
+    /// The parameter's one value, or missing, or ambiguous.
+    fn find<'a, B>(&'a self, req: &'a Request<B>) -> Extracted<TextKey<'a>> {
         let Some(query) = req.uri().query() else {
             return Extracted::Missing;
         };
@@ -404,6 +450,8 @@ impl<B> KeyExtractor<Request<B>> for Query {
         only_value(values, |value| value.is_empty())
     }
 }
+
+text_key_extractor!(Query);
 
 /// The parameter `param` of the route `template` (axum's syntax: `/orders/{id}`, or
 /// `/files/{*path}` for the rest of the path), when the request's path matches it; a missing
@@ -502,18 +550,16 @@ enum RouteRepr {
     NoSuchParameter { template: String, param: String },
 }
 
-impl<B> KeyExtractor<Request<B>> for Route {
-    type Key<'a>
-        = TextKey<'a>
-    where
-        B: 'a;
-
+impl Route {
+    /// The parameter, percent-decoded; `None` if the path does not match the template.
     #[inline]
-    fn extract<'a>(&'a self, req: &'a Request<B>) -> Option<TextKey<'a>> {
+    fn find<'a, B>(&'a self, req: &'a Request<B>) -> Option<TextKey<'a>> {
         let matched = self.router.at(req.uri().path()).ok()?;
         decode_segment(matched.params.get(&*self.param)?)
     }
 }
+
+text_key_extractor!(Route);
 
 /// The value of header `name`, as raw bytes: a key for a `SharedFilter<Vec<u8>>`. For a
 /// filter of text (`SharedFilter<String>`) use `.parse::<String>()`, which also turns a value
@@ -631,22 +677,10 @@ impl PathParam {
             _ => None,
         }
     }
-}
 
-#[cfg(feature = "axum")]
-enum Capture {
-    Segment,
-    Rest,
-}
-
-#[cfg(feature = "axum")]
-impl<B> KeyExtractor<Request<B>> for PathParam {
-    type Key<'a>
-        = TextKey<'a>
-    where
-        B: 'a;
-
-    fn extract<'a>(&'a self, req: &'a Request<B>) -> Option<TextKey<'a>> {
+    /// The parameter, percent-decoded, where the request's route template has it; `None` if
+    /// the request was not routed or its template has no such parameter.
+    fn find<'a, B>(&'a self, req: &'a Request<B>) -> Option<TextKey<'a>> {
         use axum::extract::{MatchedPath, NestedPath};
 
         let template = req.extensions().get::<MatchedPath>()?.as_str();
@@ -670,6 +704,15 @@ impl<B> KeyExtractor<Request<B>> for PathParam {
         }
     }
 }
+
+#[cfg(feature = "axum")]
+enum Capture {
+    Segment,
+    Rest,
+}
+
+#[cfg(feature = "axum")]
+text_key_extractor!(PathParam);
 
 /// The non-empty segments of a route template.
 #[cfg(feature = "axum")]

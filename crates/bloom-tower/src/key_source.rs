@@ -295,6 +295,28 @@ macro_rules! forward_source {
 }
 forward_source!(&S, Box<S>, Arc<S>);
 
+/// `with_count_hint`, and a `Debug` that shows the hint, for a source made from a closure
+/// (`$source<F>` with fields `make: F` and `count_hint: Option<u64>`).
+macro_rules! count_hint_source {
+    ($source:ident) => {
+        impl<F> $source<F> {
+            /// Tells the rebuild how many keys to expect, to size the new filter.
+            pub fn with_count_hint(mut self, keys: u64) -> Self {
+                self.count_hint = Some(keys);
+                self
+            }
+        }
+
+        impl<F> fmt::Debug for $source<F> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct(stringify!($source))
+                    .field("count_hint", &self.count_hint)
+                    .finish_non_exhaustive()
+            }
+        }
+    };
+}
+
 /// A source that calls `make` for a fresh iterator of keys at every rebuild. The iterator
 /// must own what it iterates (implement [`KeySource`] yourself to borrow from the source).
 ///
@@ -329,21 +351,7 @@ pub struct FromIter<F> {
     count_hint: Option<u64>,
 }
 
-impl<F> FromIter<F> {
-    /// Tells the rebuild how many keys to expect, to size the new filter.
-    pub fn with_count_hint(mut self, keys: u64) -> Self {
-        self.count_hint = Some(keys);
-        self
-    }
-}
-
-impl<F> fmt::Debug for FromIter<F> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FromIter")
-            .field("count_hint", &self.count_hint)
-            .finish_non_exhaustive()
-    }
-}
+count_hint_source!(FromIter);
 
 impl<F, I> KeySource for FromIter<F>
 where
@@ -420,21 +428,7 @@ pub struct FromStream<F> {
     count_hint: Option<u64>,
 }
 
-impl<F> FromStream<F> {
-    /// Tells the rebuild how many keys to expect, to size the new filter.
-    pub fn with_count_hint(mut self, keys: u64) -> Self {
-        self.count_hint = Some(keys);
-        self
-    }
-}
-
-impl<F> fmt::Debug for FromStream<F> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FromStream")
-            .field("count_hint", &self.count_hint)
-            .finish_non_exhaustive()
-    }
-}
+count_hint_source!(FromStream);
 
 impl<F, St, K, E> KeySource for FromStream<F>
 where

@@ -1,12 +1,10 @@
 //! `bloom check`: look keys up in a filter file.
 
-use std::ffi::OsString;
 use std::io::{BufWriter, Write};
-use std::path::PathBuf;
 
 use anyhow::Result;
 
-use crate::args::InputArgs;
+use crate::args::FileKeysArgs;
 use crate::cmd::{STDOUT_BUFFER, raw_stdout, stdout_failed};
 
 /// Look keys up: prints `maybe<TAB>KEY` or `absent<TAB>KEY` for each. The file may hold a
@@ -15,6 +13,10 @@ use crate::cmd::{STDOUT_BUFFER, raw_stdout, stdout_failed};
 /// `absent` is certain: the key was never inserted. `maybe` means it probably was (wrong with
 /// the filter's false-positive rate).
 #[derive(clap::Args)]
+#[command(mut_arg("file", |a| a.help("The filter file")))]
+#[command(mut_arg("keys", |a| a.help(
+    "Keys to look up; none reads them from standard input, one per line")))]
+#[command(mut_arg("quiet", |a| a.help("Print nothing: the exit status alone answers")))]
 #[command(after_help = "\
 Examples:
   bloom check users.bloom user:1 user:2
@@ -25,20 +27,12 @@ Exit status:
   1  at least one key is absent
   2  error (missing, unreadable, truncated or corrupt filter file, unreadable input)")]
 pub struct Args {
-    /// The filter file.
-    file: PathBuf,
-    /// Keys to look up; none reads them from standard input, one per line.
-    #[arg(value_name = "KEY")]
-    keys: Vec<OsString>,
-    /// Print nothing: the exit status alone answers.
-    #[arg(short, long)]
-    quiet: bool,
     #[command(flatten)]
-    input: InputArgs,
+    args: FileKeysArgs,
 }
 
 /// Looks the keys up; `Ok(true)` if every one is maybe present.
-pub fn run(args: &Args) -> Result<bool> {
+pub fn run(Args { args }: &Args) -> Result<bool> {
     let filter = crate::filter_file::load(&args.file)?.filter;
     let mut out = Answers {
         out: BufWriter::with_capacity(STDOUT_BUFFER, raw_stdout()),

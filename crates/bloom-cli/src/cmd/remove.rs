@@ -19,13 +19,12 @@
 //! 4. A plain, scalable or windowed filter is refused before any key is read, the file
 //!    untouched: their bits are shared by many keys and cannot be taken back.
 
-use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Result, anyhow};
 use bloom_core::AnyFilter;
 
-use crate::args::InputArgs;
+use crate::args::FileKeysArgs;
 use crate::output::{AtomicFile, crash_point};
 use crate::state_lock::StateLock;
 
@@ -59,22 +58,19 @@ Exit status:
   2  error: FILE is missing, unreadable, truncated or corrupt, or a kind that cannot remove
      (plain, scalable, windowed); FILE in use; unreadable input; a failed write. FILE is
      then left as it was.")]
+#[command(mut_arg("file", |a| a.help(
+    "The counting or cuckoo filter file (made by `bloom build --kind counting|cuckoo`, or a \
+     service's snapshot of one, which stays one)")))]
+#[command(mut_arg("keys", |a| a.help(
+    "Keys to remove; none reads them from standard input, one per line")))]
+#[command(mut_arg("quiet", |a| a.help("Print nothing")))]
 pub struct Args {
-    /// The counting or cuckoo filter file (made by `bloom build --kind counting|cuckoo`, or a
-    /// service's snapshot of one, which stays one).
-    file: PathBuf,
-    /// Keys to remove; none reads them from standard input, one per line.
-    #[arg(value_name = "KEY")]
-    keys: Vec<OsString>,
-    /// Print nothing.
-    #[arg(short, long)]
-    quiet: bool,
     #[command(flatten)]
-    input: InputArgs,
+    args: FileKeysArgs,
 }
 
 /// Removes the keys and saves the file if any was removed.
-pub fn run(args: &Args) -> Result<()> {
+pub fn run(Args { args }: &Args) -> Result<()> {
     let path = &args.file;
     // Fail on an unwritable directory, or a file another run is writing, before reading it.
     let out = AtomicFile::create(path)?;

@@ -4,7 +4,7 @@ use std::fmt;
 
 use crate::Key;
 use crate::accessors::accessors;
-use crate::filter::pipelined;
+use crate::filter::pipelined_map;
 use crate::hasher::{KeyHash, KeyHasher};
 use crate::sync::{AtomicU64, Ordering::Relaxed};
 
@@ -279,18 +279,13 @@ impl CuckooFilter {
         I: IntoIterator,
         I::Item: Key,
     {
-        let keys = keys.into_iter();
-        let mut found = Vec::with_capacity(keys.size_hint().0);
-        pipelined(
-            &self.hasher,
-            keys,
-            |h| {
-                let (a, b, _) = self.place_hash(h);
-                self.table.prefetch_pair(a, b);
-            },
-            |h| found.push(self.contains_at(self.place_hash(h))),
-        );
-        found
+        let prefetch = |h| {
+            let (a, b, _) = self.place_hash(h);
+            self.table.prefetch_pair(a, b);
+        };
+        pipelined_map(&self.hasher, keys, prefetch, |h| {
+            self.contains_at(self.place_hash(h))
+        })
     }
 
     /// How many times `key`'s fingerprint is stored in its buckets: its insertions, plus any

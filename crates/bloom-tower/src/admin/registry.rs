@@ -96,9 +96,12 @@ impl Admin {
     {
         let filter = filter.untyped();
         let name = filter.name();
-        assert!(
-            self.find(name).is_none(),
-            "admin: a filter named {name:?} is registered already; give each SharedFilter its own name",
+        let taken = self.find(name).is_some();
+        assert_new(
+            taken,
+            "filter",
+            name,
+            "; give each SharedFilter its own name",
         );
         self.filters.push(FilterEntry {
             filter,
@@ -130,10 +133,8 @@ impl Admin {
         V: Clone + Send + Sync + 'static,
     {
         let name = name.into();
-        assert!(
-            self.caches.iter().all(|entry| entry.name != name),
-            "admin: a cache named {name:?} is registered already",
-        );
+        let taken = self.caches.iter().any(|entry| entry.name == name);
+        assert_new(taken, "cache", &name, "");
         self.caches.push(CacheEntry {
             name,
             stats: Box::new(move || (cache.stats(), cache.loads_in_flight())),
@@ -163,10 +164,8 @@ impl Admin {
     pub fn guard<K: ?Sized, E, R, M>(mut self, guard: &BloomGuard<K, E, R, M>) -> Self {
         let (name, counters) = guard.counters();
         let name = name.to_owned();
-        assert!(
-            self.guards.iter().all(|entry| entry.name != name),
-            "admin: a guard named {name:?} is registered already; give each BloomGuard its own name",
-        );
+        let taken = self.guards.iter().any(|entry| entry.name == name);
+        assert_new(taken, "guard", &name, "; give each BloomGuard its own name");
         self.guards.push(GuardEntry {
             name,
             stats: Box::new(move || counters.snapshot()),
@@ -179,6 +178,16 @@ impl Admin {
             .iter()
             .find(|entry| entry.filter.name() == name)
     }
+}
+
+/// Panics if `name` is `taken`: a name shows one filter, one cache, one guard. `advice` ends
+/// the message.
+#[track_caller]
+fn assert_new(taken: bool, what: &str, name: &str, advice: &str) {
+    assert!(
+        !taken,
+        "admin: a {what} named {name:?} is registered already{advice}"
+    );
 }
 
 impl fmt::Debug for Admin {

@@ -94,100 +94,134 @@ where
             };
             // Only GET is stored and served: a HEAD's empty body must not answer a GET, and
             // other methods change things.
-            if req.method() == Method::GET {
-                serve_get(ready, req, &shared, record).await
+            let keyed = Keyed {
+                ready,
+                req,
+                shared: &shared,
+                record,
+            };
+            if keyed.req.method() == Method::GET {
+                keyed.serve_get().await
             } else {
                 shared.counters.passed_through(&shared.name);
-                pass_through_other_method(ready, req, &shared, record).await
+                keyed.pass_through_other_method().await
             }
         })
     }
 }
 
-/// A `GET` with a key: from the cache, from the URL's load in flight, or from a load of its
-/// own.
-async fn serve_get<S, ReqBody, ResBody>(
+/// A request with a key, and the inner service, polled ready, to answer it.
+struct Keyed<'a, S, ReqBody> {
     ready: S,
     req: Request<ReqBody>,
-    shared: &Shared,
+    shared: &'a Shared,
+    /// The key's bytes: what the store files responses under.
     record: Bytes,
-) -> Answer<ResBody, S::Error>
+}
+
+impl<S, ReqBody, ResBody> Keyed<'_, S, ReqBody>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
     ResBody: Body<Data = Bytes>,
 {
-    let request_use = RequestUse::of(req.headers());
-    if request_use == RequestUse::Bypass {
-        shared.counters.bypassed(&shared.name);
-        return pass_through(ready, req).await;
-    }
-    let url = if shared.config.share_by_key_only {
-        Bytes::new()
-    } else {
-        let Some(url) = url_key(&req) else {
-            // Which authority the handler answers for is ambiguous: not cached.
+    /// A `GET` with a key: from the cache, from the URL's load in flight, or from a load of its
+    /// own.
+    async fn serve_get(self) -> Answer<ResBody, S::Error> {
+        let Self {
+            ready,
+            req,
+            shared,
+            record,
+        } = self;
+        let request_use = RequestUse::of(req.headers());
+        if request_use == RequestUse::Bypass {
             shared.counters.bypassed(&shared.name);
             return pass_through(ready, req).await;
+        }
+        let url = if shared.config.share_by_key_only {
+            Bytes::new()
+        } else {
+            let Some(url) = url_key(&req) else {
+                // Which authority the handler answers for is ambiguous: not cached.
+                shared.counters.bypassed(&shared.name);
+                return pass_through(ready, req).await;
+            };
+            url
         };
-        url
-    };
-    if let Some(hit) = shared
-        .store
-        .answer(&record, &url, req.headers(), request_use)
-        .await
-    {
-        return Ok(serve_hit(shared, &hit));
-    }
-    if request_use == RequestUse::Credentials {
-        // Another request's load may be answered for other credentials: never wait on one.
-        shared.counters.bypassed(&shared.name);
-        return load(ready, req, shared, record, url, request_use, None).await;
-    }
-    let flight_key: FlightKey = (record.clone(), url.clone());
-    loop {
-        match shared.in_flight.join(&flight_key) {
-            Role::Leader(flight) => {
-                // A load that finished between our miss and `join` stored its response
-                // before leaving the table: serve that instead of loading again.
-                if let Some(hit) = shared
-                    .store
-                    .answer(&record, &url, req.headers(), request_use)
-                    .await
-                {
-                    flight.complete(Handoff::Response(Arc::clone(&hit)));
-                    return Ok(serve_hit(shared, &hit));
-                }
-                return load(ready, req, shared, record, url, request_use, Some(flight)).await;
-            }
-            Role::Waiter(slot) => {
-                shared.counters.coalesced_waiter(&shared.name);
-                match tokio::time::timeout(shared.config.wait_timeout, wait(slot)).await {
-                    Err(_elapsed) => {
-                        // The leader is stuck (a hung handler, a slow body): answer this
-                        // request with a call of its own rather than strand it.
-                        shared.counters.wait_timeout(&shared.name);
-                        return load(ready, req, shared, record, url, request_use, None).await;
-                    }
-                    Ok(Some(Handoff::Response(handed)))
-                        if handed.answers(&url, req.headers(), request_use, Instant::now()) =>
+        if let Some(hit) = shared
+            .store
+            .answer(&record, &url, req.headers(), request_use)
+            .await
+        {
+            return Ok(serve_hit(shared, &hit));
+        }
+        if request_use == RequestUse::Credentials {
+            // Another request's load may be answered for other credentials: never wait on one.
+            shared.counters.bypassed(&shared.name);
+            return load(ready, req, shared, record, url, request_use, None).await;
+        }
+        let flight_key: FlightKey = (record.clone(), url.clone());
+        loop {
+            match shared.in_flight.join(&flight_key) {
+                Role::Leader(flight) => {
+                    // A load that finished between our miss and `join` stored its response
+                    // before leaving the table: serve that instead of loading again.
+                    if let Some(hit) = shared
+                        .store
+                        .answer(&record, &url, req.headers(), request_use)
+                        .await
                     {
-                        return Ok(handed.response_from_cache());
+                        flight.complete(Handoff::Response(Arc::clone(&hit)));
+                        return Ok(serve_hit(shared, &hit));
                     }
-                    Ok(Some(Handoff::Uncacheable)) => return pass_through(ready, req).await,
-                    // The leader went away, was overtaken by an invalidation, or its response
-                    // varies on a header this request sends differently: look again.
-                    Ok(Some(Handoff::Response(_)) | None) => {
-                        let hit = shared
-                            .store
-                            .answer(&record, &url, req.headers(), request_use)
-                            .await;
-                        if let Some(hit) = hit {
-                            return Ok(serve_hit(shared, &hit));
+                    return load(ready, req, shared, record, url, request_use, Some(flight)).await;
+                }
+                Role::Waiter(slot) => {
+                    shared.counters.coalesced_waiter(&shared.name);
+                    match tokio::time::timeout(shared.config.wait_timeout, wait(slot)).await {
+                        Err(_elapsed) => {
+                            // The leader is stuck (a hung handler, a slow body): answer this
+                            // request with a call of its own rather than strand it.
+                            shared.counters.wait_timeout(&shared.name);
+                            return load(ready, req, shared, record, url, request_use, None).await;
+                        }
+                        Ok(Some(Handoff::Response(handed)))
+                            if handed.answers(&url, req.headers(), request_use, Instant::now()) =>
+                        {
+                            return Ok(handed.response_from_cache());
+                        }
+                        Ok(Some(Handoff::Uncacheable)) => return pass_through(ready, req).await,
+                        // The leader went away, was overtaken by an invalidation, or its response
+                        // varies on a header this request sends differently: look again.
+                        Ok(Some(Handoff::Response(_)) | None) => {
+                            let hit = shared
+                                .store
+                                .answer(&record, &url, req.headers(), request_use)
+                                .await;
+                            if let Some(hit) = hit {
+                                return Ok(serve_hit(shared, &hit));
+                            }
                         }
                     }
                 }
             }
         }
+    }
+
+    /// Any method but `GET`. A successful unsafe one (`POST`, `PUT`, `PATCH`, `DELETE`, …)
+    /// changed the record: its stored responses are invalidated (RFC 9111 §4.4), after the
+    /// response, so a load that raced with the change is discarded by the epoch.
+    async fn pass_through_other_method(self) -> Answer<ResBody, S::Error> {
+        let safe = matches!(
+            *self.req.method(),
+            Method::HEAD | Method::OPTIONS | Method::TRACE
+        );
+        let response = pass_through(self.ready, self.req).await?;
+        let status = response.status();
+        if !safe && (status.is_success() || status.is_redirection()) {
+            self.shared.store.invalidate(&self.record).await;
+        }
+        Ok(response)
     }
 }
 
@@ -299,31 +333,6 @@ where
     ResBody: Body<Data = Bytes>,
 {
     Ok(ready.call(req).await?.map(ResponseBody::inner))
-}
-
-/// Any method but `GET`. A successful unsafe one (`POST`, `PUT`, `PATCH`, `DELETE`, …)
-/// changed the record: its stored responses are invalidated (RFC 9111 §4.4), after the
-/// response, so a load that raced with the change is discarded by the epoch.
-async fn pass_through_other_method<S, ReqBody, ResBody>(
-    ready: S,
-    req: Request<ReqBody>,
-    shared: &Shared,
-    record: Bytes,
-) -> Answer<ResBody, S::Error>
-where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
-    ResBody: Body<Data = Bytes>,
-{
-    let safe = matches!(
-        *req.method(),
-        Method::HEAD | Method::OPTIONS | Method::TRACE
-    );
-    let response = pass_through(ready, req).await?;
-    let status = response.status();
-    if !safe && (status.is_success() || status.is_redirection()) {
-        shared.store.invalidate(&record).await;
-    }
-    Ok(response)
 }
 
 /// What identifies the resource besides the method (always `GET` here): authority (from

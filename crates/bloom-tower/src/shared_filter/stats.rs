@@ -8,6 +8,17 @@ use super::Generation;
 #[cfg(feature = "metrics")]
 use crate::stats::{describe_once, names};
 
+/// Adds `$n` to the total `$total` and, with `metrics`, to the counter `names::$metric`
+/// labelled with the filter's name.
+macro_rules! count {
+    ($total:expr, $n:expr, $metric:ident, $filter:expr) => {{
+        let n = $n;
+        $total.fetch_add(n, Relaxed);
+        #[cfg(feature = "metrics")]
+        crate::stats::counter(names::$metric, "filter", $filter).increment(n);
+    }};
+}
+
 /// A [`SharedFilter`](crate::SharedFilter)'s state and history. Cheap: no scan of the bits
 /// (for the exact fill, see [`SharedFilter::check_saturation`](crate::SharedFilter::check_saturation)).
 #[derive(Clone, Debug, PartialEq)]
@@ -196,22 +207,16 @@ impl FilterCounters {
     }
 
     pub(crate) fn saturated(&self, filter: &str) {
-        self.saturation_warnings.fetch_add(1, Relaxed);
-        #[cfg(feature = "metrics")]
-        crate::stats::counter(names::FILTER_SATURATED, "filter", filter).increment(1);
+        count!(self.saturation_warnings, 1, FILTER_SATURATED, filter);
     }
 
     /// A full cuckoo filter refused an insert.
     pub(crate) fn refused_insert(&self, filter: &str) {
-        self.refused_inserts.fetch_add(1, Relaxed);
-        #[cfg(feature = "metrics")]
-        crate::stats::counter(names::FILTER_REFUSED_INSERTS, "filter", filter).increment(1);
+        count!(self.refused_inserts, 1, FILTER_REFUSED_INSERTS, filter);
     }
 
     pub(crate) fn unverified_pass(&self, filter: &str) {
-        self.unverified_passes.fetch_add(1, Relaxed);
-        #[cfg(feature = "metrics")]
-        crate::stats::counter(names::FILTER_UNVERIFIED_PASSES, "filter", filter).increment(1);
+        count!(self.unverified_passes, 1, FILTER_UNVERIFIED_PASSES, filter);
     }
 
     pub(crate) fn verifying(&self, filter: &str, verifying: bool) {
@@ -225,16 +230,12 @@ impl FilterCounters {
 
     /// A follow step read `keys` keys.
     pub(crate) fn followed(&self, filter: &str, keys: u64) {
-        self.followed_keys.fetch_add(keys, Relaxed);
-        #[cfg(feature = "metrics")]
-        crate::stats::counter(names::FILTER_FOLLOWED_KEYS, "filter", filter).increment(keys);
+        count!(self.followed_keys, keys, FILTER_FOLLOWED_KEYS, filter);
     }
 
     /// A follow step failed.
     pub(crate) fn follow_failed(&self, filter: &str) {
-        self.follow_errors.fetch_add(1, Relaxed);
-        #[cfg(feature = "metrics")]
-        crate::stats::counter(names::FILTER_FOLLOW_ERRORS, "filter", filter).increment(1);
+        count!(self.follow_errors, 1, FILTER_FOLLOW_ERRORS, filter);
     }
 
     pub(crate) fn caught_up(&self, filter: &str, keys: u64) {
