@@ -11,6 +11,10 @@
 //! # stores every user's filter; see bloom_examples::serve)
 //! cargo run --release --example feed -- --serve --port 3000
 //! curl localhost:3000/feed/42
+//! # the baseline: the same service and routes with the filter calls removed (every item
+//! # counts as not seen, nothing is recorded): what the filters cost, measured over HTTP
+//! # against the filtered service by benches/feed_http.sh
+//! cargo run --release --example feed -- --serve --no-filter --port 3001
 //! ```
 //!
 //! The simulation prints the filter set's memory against the budget, the process's peak
@@ -62,9 +66,19 @@ struct Cli {
     #[arg(long, default_value_t = 10)]
     page: usize,
     /// Store the user's filter before each response (a killed process forgets nothing it
-    /// answered); otherwise the filters are flushed every second and at shutdown.
+    /// answered); otherwise the filters are flushed every --flush-secs and at shutdown.
     #[arg(long)]
     durable: bool,
+    /// Seconds between two flushes of the filters changed since the last one (a killed
+    /// process forgets at most this much without --durable).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    flush_secs: u64,
+    /// With --serve: the baseline without the filters. The same routes, request handling
+    /// and JSON, but no filter set call: every candidate counts as not seen (a feed always
+    /// answers the newest items) and nothing is recorded. Measures what the filters cost
+    /// (benches/feed_http.sh).
+    #[arg(long, requires = "serve", conflicts_with = "durable")]
+    no_filter: bool,
     /// Users (simulation).
     #[arg(long, default_value_t = 1_000_000)]
     users: u64,
@@ -104,6 +118,7 @@ async fn main() -> anyhow::Result<()> {
         scan: 20 * cli.page,
         catalog: Catalog { per_day: 2_000 },
         durable: cli.durable,
+        filter: !cli.no_filter,
     };
     if cli.serve {
         serve(&cli, config).await
@@ -118,8 +133,16 @@ async fn serve(cli: &Cli, config: FeedConfig) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", cli.port)).await?;
     // Installed before it says it listens: a signal from then on stops it gracefully.
     let signal = serve::shutdown_signal().context("installing the signal handlers")?;
-    println!("feed: listening on http://{}", listener.local_addr()?);
-    let flusher = spawn_flusher(feed.clone());
+    println!(
+        "feed: listening on http://{}{}",
+        listener.local_addr()?,
+        if cli.no_filter {
+            " (--no-filter: no filter calls, every item counts as unseen)"
+        } else {
+            ""
+        }
+    );
+    let flusher = spawn_flusher(feed.clone(), Duration::from_secs(cli.flush_secs));
     // Returns within the grace period of the signal, with no request left running: the
     // flush below stores every item any response showed (the rule: `bloom_examples::serve`).
     let stopped = serve::serve(
@@ -168,7 +191,7 @@ async fn run_simulation(cli: &Cli, config: FeedConfig) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
     let server = tokio::spawn(axum::serve(listener, feed.router()).into_future());
-    let flusher = spawn_flusher(feed.clone());
+    let flusher = spawn_flusher(feed.clone(), Duration::from_secs(cli.flush_secs));
     println!(
         "feed: {} users, {:.0} % active a day, {} simulated days, {} requests a day, {} in flight, budget {} MiB, store {}{}",
         cli.users,
@@ -241,10 +264,10 @@ async fn run_simulation(cli: &Cli, config: FeedConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Flushes the filter set every second.
-fn spawn_flusher(feed: Arc<Feed>) -> tokio::task::JoinHandle<()> {
+/// Flushes the filter set every `period`.
+fn spawn_flusher(feed: Arc<Feed>, period: Duration) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut every = tokio::time::interval(Duration::from_secs(1));
+        let mut every = tokio::time::interval(period);
         loop {
             every.tick().await;
             if let Err(e) = feed.shown().flush().await {

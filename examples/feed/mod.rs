@@ -16,8 +16,13 @@
 //! 10 % are active each day, over two weeks, and checks every answer against an exact record
 //! of what each user was shown. `--durable` stores the user's filter before each response
 //! ([`FilterSet::flush_key`](bloom_tower::filter_set::FilterSet::flush_key)), so a killed
-//! process forgets nothing it answered; without it the set is flushed every second and at
-//! shutdown.
+//! process forgets nothing it answered; without it the set is flushed every second
+//! (`--flush-secs`) and at shutdown.
+//!
+//! `feed --serve --no-filter` ([`FeedConfig::filter`] `false`) serves the same routes with the
+//! filter set calls removed: every candidate counts as not seen and nothing is recorded. It is
+//! the baseline `benches/feed_http.sh` measures the filtered service against over HTTP (`wrk`),
+//! to show what the filters cost per request.
 
 mod service;
 mod simulate;

@@ -111,6 +111,12 @@ pub struct FeedConfig {
     pub catalog: Catalog,
     /// Store the user's filter before answering.
     pub durable: bool,
+    /// Check and record the items through the filter set (the service). `false` is the
+    /// baseline (`feed --serve --no-filter`): the same routes, locks, candidates and JSON,
+    /// but no [`FilterSet`] call on a request: every candidate counts as not seen and
+    /// nothing is recorded, so `GET /feed/{user}` always answers the newest `page` items
+    /// and `GET /seen/{user}/{item}` always `false`.
+    pub filter: bool,
 }
 
 /// The service's state.
@@ -168,6 +174,18 @@ impl Feed {
             .await;
         let newest = self.config.catalog.newest(self.clock.now_millis());
         let (page, scan) = (self.config.page, self.config.scan as u64);
+        if !self.config.filter {
+            // The baseline: the loop below with every `contains` false and no `insert`.
+            let mut items = Vec::with_capacity(page);
+            let withheld = Vec::new();
+            for item in (newest.saturating_sub(scan)..newest).rev() {
+                if items.len() == page {
+                    break;
+                }
+                items.push(item);
+            }
+            return Ok((items, withheld));
+        }
         let chosen = self
             .shown
             .update(&user, |seen| {
@@ -204,7 +222,12 @@ async fn feed(State(feed): State<Arc<Feed>>, Path(user): Path<u64>) -> Response 
 }
 
 async fn seen(State(feed): State<Arc<Feed>>, Path((user, item)): Path<(u64, u64)>) -> Response {
-    match feed.shown.contains(&user, &item).await {
+    let seen = if feed.config.filter {
+        feed.shown.contains(&user, &item).await
+    } else {
+        Ok(false)
+    };
+    match seen {
         Ok(seen) => Json(json!({"seen": seen})).into_response(),
         Err(e) => unavailable(e),
     }

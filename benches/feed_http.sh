@@ -1,0 +1,222 @@
+#!/usr/bin/env bash
+# What the feed example's filters cost over HTTP (issue 46): the release `feed --serve`
+# (`examples/feed_main.rs`) started twice on free ports with the same flags, once as the
+# service (one windowed filter per user in a `FilterSet`) and once with `--no-filter` (the same
+# routes, request handling and JSON with the filter calls removed: every candidate counts as
+# not seen, nothing is recorded). `wrk` loads them in turns A, B, A, B, ...:
+#
+#   * warm-up: each service gets WARM_SECS of a sweep over the user ids in order (every
+#     user's filter is created, so the runs measure the steady state, not first touches);
+#   * ROUNDS rounds, each `wrk -c CONNECTIONS -t THREADS -d SECS` against the service (A)
+#     then the baseline (B); every request is `GET /feed/<user>` for a user drawn uniformly
+#     from 0..USERS (a Lua script; the same seeds on both sides);
+#   * per run: requests/s, latency p50 and p99 (wrk's own histogram), errors; per side: the
+#     median; then the ratio filter / no-filter of time per request (no-filter req/s over
+#     filter req/s) and of the latencies. Target (issue 46): at most 1.5x (the filters' share
+#     of a request at most a third).
+#
+# The default flags are the issue's: 100,000 users, 32 connections, 2 threads, 20 s a run.
+# BUDGET_MIB (default 512) is the filters' memory budget: a filter counts about 3 KiB, so
+# 100,000 users need about 300 MiB and the example's default 256 MiB would evict and reload
+# filters from the store directory (set BUDGET_MIB=256 to measure that). Both services store
+# into their own temporary directory (`fsync` off); the service stores the filters changed
+# since the last flush every FLUSH_SECS (default 1, as `feed --serve`; FLUSH_SECS=3600 leaves
+# the store out of the runs, to separate the filters in memory from the store).
+#
+#   benches/feed_http.sh                                   # the issue's measurement
+#   USERS=100000 SECS=20 ROUNDS=3 BUDGET_MIB=256 benches/feed_http.sh
+#   PERF=1 benches/feed_http.sh      # also `perf record -g` the service during its last run
+#                                    # (target/feed_http.perf.data and .txt)
+#
+# The server and wrk share the machine's cores (the output says how many and the load
+# average): read the ratio, not the absolute figures. Needs `wrk` on the PATH; without it the
+# script prints a loud SKIPPED line and exits 0 (CI machines may not have it).
+set -euo pipefail
+
+USERS=${USERS:-100000}
+CONNECTIONS=${CONNECTIONS:-32}
+THREADS=${THREADS:-2}
+SECS=${SECS:-20}
+WARM_SECS=${WARM_SECS:-15}
+ROUNDS=${ROUNDS:-2}
+BUDGET_MIB=${BUDGET_MIB:-512}
+FLUSH_SECS=${FLUSH_SECS:-1}
+PERF=${PERF:-0}
+
+if ! command -v wrk >/dev/null 2>&1; then
+    echo "feed_http: SKIPPED: wrk is not installed (apt-get install wrk); nothing measured" >&2
+    echo "feed_http: SKIPPED: wrk is not installed (apt-get install wrk); nothing measured"
+    exit 0
+fi
+
+cd "$(dirname "$0")/.."
+echo "feed_http: building the release feed example" >&2
+cargo build --release -p bloom-examples --example feed >&2
+target_dir=$(cargo metadata --format-version 1 --no-deps |
+    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+BIN="$target_dir/release/examples/feed"
+
+work=$(mktemp -d -t feed_http.XXXXXX)
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do
+        kill -TERM "$pid" 2>/dev/null || true
+    done
+    for pid in "${pids[@]}"; do
+        wait "$pid" 2>/dev/null || true
+    done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+# start NAME [FLAGS...]: the release feed on a free port; sets $addr and $pid.
+start() {
+    local name=$1
+    shift
+    "$BIN" --serve --port 0 --store-dir "$work/$name-store" --budget-mib "$BUDGET_MIB" \
+        --flush-secs "$FLUSH_SECS" "$@" \
+        >"$work/$name.log" 2>&1 &
+    pid=$!
+    pids+=("$pid")
+    for _ in $(seq 600); do
+        addr=$(sed -n 's|^feed: listening on http://\([0-9.:]*\).*|\1|p' "$work/$name.log")
+        [ -n "$addr" ] && return 0
+        if ! kill -0 "$pid" 2>/dev/null; then
+            echo "feed_http: the $name service exited:" >&2
+            cat "$work/$name.log" >&2
+            exit 1
+        fi
+        sleep 0.1
+    done
+    echo "feed_http: the $name service did not start:" >&2
+    cat "$work/$name.log" >&2
+    exit 1
+}
+
+# The measured load: GET /feed/<user>, user uniform in 0..USERS, each thread its own seed.
+cat >"$work/random.lua" <<'LUA'
+local users = tonumber(os.getenv("USERS"))
+local seed = tonumber(os.getenv("SEED"))
+local threads = 0
+function setup(thread)
+    thread:set("id", threads)
+    threads = threads + 1
+end
+function init(args)
+    math.randomseed(seed * 1000 + id)
+end
+function request()
+    return wrk.format("GET", "/feed/" .. math.random(0, users - 1))
+end
+function done(summary, latency, requests)
+    local e = summary.errors
+    io.write(string.format("RESULT %.1f %.3f %.3f %d %d\n",
+        summary.requests / (summary.duration / 1e6),
+        latency:percentile(50) / 1e3, latency:percentile(99) / 1e3,
+        e.connect + e.read + e.write + e.timeout, e.status))
+end
+LUA
+
+# The warm-up: every thread sweeps the user ids in order, interleaved with the others.
+cat >"$work/sweep.lua" <<'LUA'
+local users = tonumber(os.getenv("USERS"))
+local stride = tonumber(os.getenv("THREADS"))
+local threads = 0
+function setup(thread)
+    thread:set("id", threads)
+    threads = threads + 1
+end
+local n = nil
+function request()
+    n = n or id
+    local user = n % users
+    n = n + stride
+    return wrk.format("GET", "/feed/" .. user)
+end
+LUA
+
+start filter
+filter_addr=$addr
+filter_pid=$pid
+start nofilter --no-filter
+nofilter_addr=$addr
+
+cores=$(nproc)
+echo "feed_http: feed --serve on $filter_addr (filters) and $nofilter_addr (--no-filter);" \
+    "--budget-mib $BUDGET_MIB --flush-secs $FLUSH_SECS; $USERS users, wrk -c $CONNECTIONS -t $THREADS -d ${SECS}s," \
+    "$ROUNDS rounds A/B; store: a temporary directory"
+echo "feed_http: NOTE: $cores cores shared by both services and wrk (the load generator takes" \
+    "a large share of them): the absolute figures are the machine's and the client's, read" \
+    "the ratio"
+echo "feed_http: load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+export USERS THREADS
+for side in filter nofilter; do
+    a=${side}_addr
+    echo "feed_http: warming up $side (${WARM_SECS}s sweep over the users)" >&2
+    wrk -c "$CONNECTIONS" -t "$THREADS" -d "${WARM_SECS}s" -s "$work/sweep.lua" \
+        "http://${!a}" >/dev/null
+done
+curl -s "http://$filter_addr/stats" >"$work/stats-warm.json" || true
+
+# run SIDE ROUND: one measured wrk run; appends "rps p50 p99" to $work/SIDE.
+run() {
+    local side=$1 round=$2 a=${1}_addr out
+    local perf_pid=
+    if [ "$PERF" = 1 ] && [ "$side" = filter ] && [ "$round" = "$ROUNDS" ]; then
+        perf record -F 999 -g -p "$filter_pid" -o "$work/perf.data" -- sleep "$SECS" \
+            >/dev/null 2>&1 &
+        perf_pid=$!
+    fi
+    out=$(SEED=$round wrk -c "$CONNECTIONS" -t "$THREADS" -d "${SECS}s" --timeout 10s \
+        -s "$work/random.lua" "http://${!a}")
+    if [ -n "$perf_pid" ]; then
+        wait "$perf_pid" || true
+        perf report -i "$work/perf.data" --no-children --percent-limit 1 --stdio \
+            -g none --sort dso,symbol 2>/dev/null >"$target_dir/feed_http.perf.txt" || true
+        cp "$work/perf.data" "$target_dir/feed_http.perf.data"
+        echo "feed_http: perf profile of the service's last run:" \
+            "$target_dir/feed_http.perf.data, $target_dir/feed_http.perf.txt" >&2
+    fi
+    local line
+    line=$(grep '^RESULT ' <<<"$out") || {
+        echo "feed_http: wrk printed no result:" >&2
+        echo "$out" >&2
+        exit 1
+    }
+    read -r _ rps p50 p99 errors status <<<"$line"
+    printf "%-10s round %d: %9.0f requests/s  p50 %7.3f ms  p99 %7.3f ms  errors %d, non-2xx %d\n" \
+        "$side" "$round" "$rps" "$p50" "$p99" "$errors" "$status"
+    echo "$rps $p50 $p99" >>"$work/$side"
+}
+
+for round in $(seq "$ROUNDS"); do
+    run filter "$round"
+    run nofilter "$round"
+done
+
+# median COLUMN FILE
+median() {
+    awk -v c="$1" '{print $c}' "$2" | sort -g |
+        awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'
+}
+f_rps=$(median 1 "$work/filter") n_rps=$(median 1 "$work/nofilter")
+f_p50=$(median 2 "$work/filter") n_p50=$(median 2 "$work/nofilter")
+f_p99=$(median 3 "$work/filter") n_p99=$(median 3 "$work/nofilter")
+printf "median     filter:    %9.0f requests/s  p50 %7.3f ms  p99 %7.3f ms\n" "$f_rps" "$f_p50" "$f_p99"
+printf "median     no-filter: %9.0f requests/s  p50 %7.3f ms  p99 %7.3f ms\n" "$n_rps" "$n_p50" "$n_p99"
+awk -v f="$f_rps" -v n="$n_rps" -v fp50="$f_p50" -v np50="$n_p50" -v fp99="$f_p99" -v np99="$n_p99" \
+    'BEGIN {
+        r = n / f
+        printf "ratio filter/no-filter: time per request %.2fx (%s the 1.5x target; the filters %.0f %% of a request), p50 %.2fx, p99 %.2fx\n",
+            r, (r <= 1.5 ? "within" : "ABOVE"), 100 * (1 - 1 / r), fp50 / np50, fp99 / np99
+    }'
+stats=$(curl -s "http://$filter_addr/stats" || true)
+echo "feed_http: the service's filter set after the runs: $stats"
+page=$(curl -s "http://$filter_addr/feed/42")
+count() { sed -n "s/.*\"$1\":\[\([0-9,]*\)\].*/\1/p" <<<"$page" | tr ',' '\n' | grep -c . || true; }
+echo "feed_http: the service's answer to user 42 now: $(count items) items, $(count withheld)" \
+    "withheld (each user has had about $(awk -v r="$f_rps" -v u="$USERS" -v s="$SECS" \
+    -v n="$ROUNDS" 'BEGIN {printf "%.0f", r * s * n / u}') measured requests plus the warm-up;" \
+    "a response looks at $((20 * 10)) candidates at most)"
+echo "feed_http: load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
