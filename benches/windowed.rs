@@ -1,13 +1,15 @@
-//! [`bloom_core::WindowedFilter`] against a plain [`bloom_core::BloomFilter`] at the same rate:
-//! lookups of keys inside the window (hit) and of keys never inserted (miss), with every
-//! generation of the window filled, at n = 1M keys per window, p = 1 %, `N` = 4 (its
-//! default) and 8 generations.
+//! [`bloom_core::WindowedFilter`] against a plain [`bloom_core::BloomFilter`] (Blocked, the
+//! anchor) holding the window's keys at the same rate, measured in the same run: lookups of
+//! keys inside the window (hit) and of keys never inserted (miss), with every generation of
+//! the window filled, at p = 1 %, `N` = 4 (the default) and 8 generations, in the default
+//! layout (SplitBlock), n = 1M keys per window; with `BIG=1` also n = 50M (about 330 MB and a
+//! minute to fill).
 //!
 //! The windowed filter is a count window of `n` inserts, fed `3n` keys (every generation
 //! full, three rotations done); hits are among the last `n` keys. The plain filter holds `n`
 //! keys. Memory per key (of the window) is printed at setup.
 //!
-//! `cargo bench -p bloom-benches --bench windowed`
+//! `cargo bench -p bloom-benches --bench windowed` (`BIG=1 cargo bench …` for 50M too)
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -16,7 +18,6 @@ use bloom_core::BloomFilter;
 use bloom_core::windowed::{Window, WindowedFilter};
 use criterion::{Criterion, criterion_group, criterion_main};
 
-const N: u64 = 1_000_000;
 const P: f64 = 0.01;
 const MISS_BASE: u64 = 1 << 62;
 
@@ -34,39 +35,50 @@ fn shuffled(base: u64, range: u64, count: usize) -> Vec<u64> {
 }
 
 fn bench(c: &mut Criterion) {
-    let plain = BloomFilter::new(N, P).unwrap();
-    for key in 0..N {
+    let mut sizes = vec![(1_000_000u64, "1M")];
+    if std::env::var_os("BIG").is_some() {
+        sizes.push((50_000_000, "50M"));
+    }
+    for (n, label) in sizes {
+        bench_at(c, n, label);
+    }
+}
+
+fn bench_at(c: &mut Criterion, n: u64, label: &str) {
+    let plain = BloomFilter::new(n, P).unwrap();
+    for key in 0..n {
         plain.insert(&key);
     }
     let windowed: Vec<(u32, WindowedFilter)> = [4u32, 8]
         .into_iter()
         .map(|g| {
-            let f = WindowedFilter::builder(Window::Count(N))
-                .expected_items(N)
+            let f = WindowedFilter::builder(Window::Count(n))
+                .expected_items(n)
                 .false_positive_rate(P)
                 .generations(g)
                 .build()
                 .unwrap();
-            for key in 0..3 * N {
+            for key in 0..3 * n {
                 f.insert(&key);
             }
             (g, f)
         })
         .collect();
     eprintln!(
-        "[memory] plain {:.2} bits per key; windowed N = 4 {:.2}, N = 8 {:.2} (all generations, per key of the window)",
-        plain.size_in_bytes() as f64 * 8.0 / N as f64,
-        windowed[0].1.size_in_bytes() as f64 * 8.0 / N as f64,
-        windowed[1].1.size_in_bytes() as f64 * 8.0 / N as f64,
+        "[memory, n = {label}] plain {:.2} bits per key; windowed ({:?}) N = 4 {:.2}, N = 8 {:.2} (all generations, per key of the window)",
+        plain.size_in_bytes() as f64 * 8.0 / n as f64,
+        windowed[0].1.layout(),
+        windowed[0].1.size_in_bytes() as f64 * 8.0 / n as f64,
+        windowed[1].1.size_in_bytes() as f64 * 8.0 / n as f64,
     );
-    let hits_plain = shuffled(0, N, 1 << 20);
-    let hits_window = shuffled(2 * N, N, 1 << 20);
+    let hits_plain = shuffled(0, n, 1 << 20);
+    let hits_window = shuffled(2 * n, n, 1 << 20);
     let misses = shuffled(MISS_BASE, 1 << 40, 1 << 20);
     for (name, keys_plain, keys_window) in [
         ("hit", &hits_plain, &hits_window),
         ("miss", &misses, &misses),
     ] {
-        let mut group = c.benchmark_group(format!("windowed/contains_{name}/1M"));
+        let mut group = c.benchmark_group(format!("windowed/contains_{name}/{label}"));
         group
             .sample_size(30)
             .warm_up_time(Duration::from_millis(500))

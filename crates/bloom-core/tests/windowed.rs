@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bloom_core::windowed::{GenerationFile, ManualClock, SystemClock, Window, WindowedFilter};
-use bloom_core::{AnyFilter, BloomFilter, DecodeError};
+use bloom_core::{AnyFilter, BloomFilter, DecodeError, Layout};
 
 const NON_MEMBER: u64 = 1 << 63;
 
@@ -65,7 +65,10 @@ fn a_key_is_found_for_the_window_and_gone_after_one_more_period() {
 }
 
 /// Keys stream in at the sized rate for a hundred windows; after each window the rate of
-/// wrong "seen" answers, over 100,000 fresh non-members, stays within p + 3σ.
+/// wrong "seen" answers is measured over 100,000 fresh non-members (σ is one measurement's
+/// standard deviation at rate p). The mean of the 100 windows stays within p + 3σ/10 (the
+/// mean's own 3σ), and every window within p + 4σ: 300 windows each allowed 3σ would see one
+/// beyond it a third of the time at a rate of exactly p, 4σ one time in a hundred.
 #[test]
 fn the_false_positive_rate_stays_at_p_over_a_hundred_rotations() {
     const N: u64 = 20_000;
@@ -88,28 +91,34 @@ fn the_false_positive_rate_stays_at_p_over_a_hundred_rotations() {
             let wrong = (0..PROBES).filter(|i| f.contains(&(probe | i))).count();
             let measured = wrong as f64 / PROBES as f64;
             assert!(
-                measured <= p + 3.0 * sigma,
+                measured <= p + 4.0 * sigma,
                 "N = {generations}, p = {p}, window {window}: measured {measured}"
             );
             worst = worst.max(measured);
             sum += measured;
         }
+        assert!(
+            sum / 100.0 <= p + 0.3 * sigma,
+            "N = {generations}, p = {p}: the mean of 100 windows is {}",
+            sum / 100.0
+        );
         let plain = BloomFilter::new(N, p).unwrap();
         println!(
             "| {generations} | {p} | {:.2} | {:.2} | {:.5} | {worst:.5} | {:.5} |",
             f.size_in_bytes() as f64 * 8.0 / N as f64,
             plain.size_in_bytes() as f64 * 8.0 / N as f64,
             sum / 100.0,
-            p + 3.0 * sigma
+            p + 4.0 * sigma
         );
     }
 }
 
-/// Two threads insert keys, each recording the clock it read before the insert; two check
-/// every key whose insert has returned and whose recorded time is less than W before the
-/// clock read after the lookup (read before, a lookup delayed past a turn of the clock could
-/// rightly miss a key that had just left the window); a fifth turns the clock a quarter period at a time through a hundred
-/// rotations. No such lookup may answer "absent".
+/// Two threads insert keys at the sized rate, each recording the clock it read before the
+/// insert; two check every key whose insert has returned and whose recorded time is less
+/// than W before the clock read after the lookup (read before, a lookup delayed past a turn
+/// of the clock could rightly miss a key that had just left the window); a fifth turns the
+/// clock a quarter period at a time through a hundred rotations. No such lookup may answer
+/// "absent".
 #[test]
 fn no_false_negative_inside_the_window_while_the_clock_turns() {
     const WINDOW_MS: u64 = 3_000; // N = 4: T = 1 s
@@ -139,13 +148,26 @@ fn no_false_negative_inside_the_window_while_the_clock_turns() {
             let (f, clock, inserted, stop) =
                 (f.clone(), clock.clone(), inserted.clone(), stop.clone());
             std::thread::spawn(move || {
-                // Round and round: a key inserted again records its newer time.
-                let mut key = w;
+                // Round and round: a key inserted again records its newer time. At the sized
+                // rate (n per window, `PER_STEP` per writer per turn of the clock): an
+                // overfilled filter would answer "seen" to most keys and hide a lost one; and
+                // a key is inserted again only every 12 s of the clock, so the checkers see
+                // keys of every age up to the window's end and past it.
+                const PER_STEP: u64 = 50_000 / 12 / 2;
+                let (mut key, mut step, mut done) = (w, 0, 0);
                 while !stop.load(Ordering::Relaxed) {
                     let at = clock.now();
+                    if at / 250 != step {
+                        (step, done) = (at / 250, 0);
+                    }
+                    if done == PER_STEP {
+                        std::thread::yield_now();
+                        continue;
+                    }
                     f.insert(&(key as u64));
                     inserted[key].store(at + 1, Ordering::Release);
                     key = (key + 2) % KEYS;
+                    done += 1;
                 }
             })
         })
@@ -203,11 +225,15 @@ impl Now for ManualClock {
     }
 }
 
+/// The filter the v1 fixtures hold. Blocked: the default layout when they were written (a
+/// new filter's generations are SplitBlock since issue 46; the format did not change, the
+/// layout is in the header, so files of either load).
 fn golden_filter() -> WindowedFilter {
     let f = WindowedFilter::builder(Window::Count(300))
         .expected_items(300)
         .false_positive_rate(0.01)
         .generations(3)
+        .layout(Layout::Blocked)
         .seed(0x5EED_0004)
         .build()
         .unwrap();
@@ -224,6 +250,7 @@ const GOLDEN: &[u8] = include_bytes!("data/golden-v1-windowed.bloom");
 fn golden_v1_windowed_still_loads() {
     let f = WindowedFilter::from_bytes(GOLDEN).unwrap();
     assert_eq!((f.inserts(), f.epoch(), f.generations()), (400, 2, 3));
+    assert_eq!(f.layout(), Layout::Blocked, "the old default");
     assert!((100..400).all(|i| f.contains(&format!("url-{i}"))));
     assert_eq!(f.to_bytes(), GOLDEN);
     assert_eq!(
@@ -523,4 +550,31 @@ fn the_batch_path_is_one_seen_or_insert_per_key() {
     }
     assert_eq!(singles, batches);
     assert_eq!(one.to_bytes(), batched.to_bytes());
+}
+
+/// New filters' generations are SplitBlock (the cheapest test of a line, which a lookup
+/// repeats `N` times: module docs, "Lookup cost"); a filter of any layout, saved and read,
+/// keeps its layout, its keys and its bytes.
+#[test]
+fn new_filters_are_split_block_and_every_layout_round_trips() {
+    for layout in [None, Some(Layout::Blocked), Some(Layout::Classic)] {
+        let mut builder = WindowedFilter::builder(Window::Count(1_000))
+            .expected_items(1_000)
+            .false_positive_rate(0.01)
+            .seed(9);
+        if let Some(layout) = layout {
+            builder = builder.layout(layout);
+        }
+        let f = builder.build().unwrap();
+        assert_eq!(f.layout(), layout.unwrap_or(Layout::SplitBlock));
+        for i in 0..2_000u64 {
+            f.insert(&i);
+        }
+        let bytes = f.to_bytes();
+        let read = WindowedFilter::from_bytes(&bytes).unwrap();
+        assert_eq!(read.layout(), f.layout());
+        assert!((1_000..2_000u64).all(|i| read.contains(&i)));
+        assert_eq!(read.to_bytes(), bytes);
+        println!("{:?}: k = {}", f.layout(), f.num_hashes());
+    }
 }
