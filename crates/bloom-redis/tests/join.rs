@@ -77,14 +77,16 @@ async fn a_join_that_times_out_while_redis_is_busy_tries_again() {
 
     // Past `join_timeout`, the timeout is returned: a Redis that stays busy fails the start.
     pause_writes(&url, 3_000).await;
-    let refused = RedisSync::builder(&url)
+    let refused = match RedisSync::builder(&url)
         .prefix("join-busy")
         .response_timeout(Duration::from_millis(300))
         .join_timeout(Duration::from_millis(800))
         .connect(&filter())
         .await
-        .err()
-        .expect("a Redis busy past join_timeout fails the join");
+    {
+        Ok(_) => panic!("a Redis busy past join_timeout fails the join"),
+        Err(error) => error,
+    };
     assert!(
         matches!(&refused, Error::Redis(e) if e.is_timeout()),
         "{refused}"
