@@ -14,14 +14,18 @@ use bloom_tower::filter_set::{
 };
 use proptest::prelude::*;
 
-/// A store in memory that counts calls, can delay loads, and can fail stores.
+/// A store in memory that counts calls, can delay loads and stores, can fail stores, and
+/// records how many stores ran at once.
 #[derive(Clone, Default)]
 struct TestStore {
     files: Arc<Mutex<HashMap<String, Vec<u8>>>>,
     loads: Arc<AtomicUsize>,
     stores: Arc<AtomicUsize>,
     load_delay: Arc<Mutex<Duration>>,
+    store_delay: Arc<Mutex<Duration>>,
     fail_stores: Arc<AtomicBool>,
+    stores_running: Arc<AtomicUsize>,
+    most_stores_running: Arc<AtomicUsize>,
 }
 
 impl FilterStore for TestStore {
@@ -36,6 +40,14 @@ impl FilterStore for TestStore {
         if self.fail_stores.load(Ordering::SeqCst) {
             return Err(StoreError::backend("store refused by the test"));
         }
+        let delay = *self.store_delay.lock().unwrap();
+        let running = self.stores_running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_stores_running
+            .fetch_max(running, Ordering::SeqCst);
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        self.stores_running.fetch_sub(1, Ordering::SeqCst);
         self.stores.fetch_add(1, Ordering::SeqCst);
         self.files.lock().unwrap().insert(name.to_owned(), bytes);
         Ok(())
@@ -364,5 +376,88 @@ fn a_flushed_set_is_read_back_by_a_new_process_with_what_expired() {
         assert!(set.contains(&"user/1".to_owned(), "new").await.unwrap());
         assert!(!set.contains(&"user/1".to_owned(), "old").await.unwrap());
         assert_eq!(set.stats().loads, 1);
+    });
+}
+
+#[test]
+fn a_flush_stores_in_parallel_up_to_the_bound() {
+    let store = TestStore::default();
+    let set = FilterSet::<u64, _>::builder(store.clone())
+        .new_filter(plain_for)
+        .build();
+    runtime().block_on(async {
+        for u in 0..40u64 {
+            set.insert(&u, "x").await.unwrap();
+        }
+        *store.store_delay.lock().unwrap() = Duration::from_millis(20);
+        assert_eq!(set.flush().await.unwrap(), 40);
+    });
+    // 8 at a time: neither one by one nor all 40 at once.
+    assert_eq!(store.most_stores_running.load(Ordering::SeqCst), 8);
+    assert_eq!(store.files.lock().unwrap().len(), 40);
+}
+
+#[test]
+fn evictions_by_concurrent_loads_store_in_parallel() {
+    let store = TestStore::default();
+    let set = Arc::new(
+        FilterSet::<u64, _>::builder(store.clone())
+            .budget_bytes(10 * (plain_bytes() + 2))
+            .new_filter(plain_for)
+            .build(),
+    );
+    runtime().block_on(async {
+        for u in 0..10u64 {
+            set.insert(&u, "x").await.unwrap();
+        }
+        *store.store_delay.lock().unwrap() = Duration::from_millis(20);
+        // Ten new users at once: each load evicts one of the first ten, storing it.
+        let tasks: Vec<_> = (10..20u64)
+            .map(|u| {
+                let set = set.clone();
+                tokio::spawn(async move { set.insert(&u, "y").await.unwrap() })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        for u in 0..20u64 {
+            let item = if u < 10 { "x" } else { "y" };
+            assert!(set.contains(&u, item).await.unwrap(), "user {u}");
+        }
+    });
+    let most = store.most_stores_running.load(Ordering::SeqCst);
+    assert!((2..=8).contains(&most), "{most} stores at once");
+}
+
+#[test]
+fn an_older_copy_never_lands_after_a_newer_one() {
+    // Two flushes of one key at once (as a flush and an eviction, or two flushes, run side
+    // by side): the first one's store is slow, the second one's fast.
+    let store = TestStore::default();
+    let set = Arc::new(
+        FilterSet::<u64, _>::builder(store.clone())
+            .new_filter(plain_for)
+            .build(),
+    );
+    runtime().block_on(async {
+        set.insert(&1, "old").await.unwrap();
+        *store.store_delay.lock().unwrap() = Duration::from_millis(100);
+        let slow = {
+            let set = set.clone();
+            tokio::spawn(async move { set.flush_key(&1).await.unwrap() })
+        };
+        tokio::time::sleep(Duration::from_millis(10)).await; // the slow store is under way
+        *store.store_delay.lock().unwrap() = Duration::ZERO;
+        set.insert(&1, "new").await.unwrap();
+        assert!(set.flush_key(&1).await.unwrap());
+        let stored = |files: &HashMap<String, Vec<u8>>| AnyFilter::from_bytes(&files["1"]).unwrap();
+        assert!(stored(&store.files.lock().unwrap()).contains("new"));
+        assert!(slow.await.unwrap());
+        // The slow, older copy landed first: the store still has the newer one.
+        assert!(
+            stored(&store.files.lock().unwrap()).contains("new"),
+            "an older copy overwrote a newer one"
+        );
     });
 }

@@ -48,10 +48,18 @@
 //!   (`a_cancelled_load_releases_its_waiters`, `concurrent_users_of_an_evicted_key_load_it_once`).
 //! * **The budget.** A load that would take the bytes in memory over
 //!   [`budget_bytes`](FilterSetBuilder::budget_bytes) first evicts the least recently used
-//!   filters (an LRU order over all keys). A filter counts its bits and an upper bound of the
+//!   filters (an LRU order over all keys, at the granularity of loads: uses between two
+//!   loads tie; see `slots.rs`). A filter counts its bits and an upper bound of the
 //!   heap it and its place in the set take ([`counted_bytes`]); loads in flight count theirs. When the
 //!   store fails, the filter stays in memory and the set runs over budget
 //!   ([`FilterSetStats::store_errors`]) rather than lose it.
+//! * **Fast hits, parallel stores.** An operation on a filter in memory takes its shard's
+//!   read lock and writes nothing shared by all keys (no global LRU tick, no exclusive
+//!   lock), so threads on different keys do not contend. Loads of different keys run at
+//!   once; stores run up to 8 at a time (a [`flush`](FilterSet::flush) stores 8 filters at a
+//!   time; evictions by concurrent loads store side by side), and a key's stores land in the
+//!   order their copies were taken (`an_older_copy_never_lands_after_a_newer_one`,
+//!   `a_flush_stores_in_parallel_up_to_the_bound`). Measured by `benches/filter_set.rs`.
 //! * **Durability.** A write is in memory when it returns. It is in the store once the
 //!   filter is evicted, or once a [`flush`](FilterSet::flush) or
 //!   [`flush_key`](FilterSet::flush_key) that started after it returned `Ok`. Stores
@@ -68,8 +76,9 @@
 //! # Where each behaviour lives
 //!
 //! * `set.rs`: [`FilterSet`]: operations, loads, eviction, flushes.
-//! * `slots.rs`: the table: key states (resident, busy, absent), LRU order, bytes, and the
-//!   guards that undo a cancelled load or eviction.
+//! * `slots.rs`: the table: key states (resident, busy, absent), the sharded read-locked
+//!   hot path, the lazily kept LRU order, bytes, and the guards that undo a cancelled load
+//!   or eviction.
 //! * `builder.rs`: [`FilterSetBuilder`]: budget, filter kind, name.
 //! * `store.rs`, `directory.rs`: [`FilterStore`], [`StoreError`], [`DirectoryStore`].
 //! * `stats.rs`, `error.rs`: [`FilterSetStats`] (and the `bloom_filter_set_*` metrics),

@@ -7,15 +7,22 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bloom_core::{AnyFilter, DecodeError, Key};
+use futures_util::{StreamExt as _, stream};
+use tokio::sync::Semaphore;
 
 use super::builder::FilterSetBuilder;
 use super::error::FilterSetError;
 use super::slots::{self, Entry, EvictGuard, Found, LoadGuard, Peek, Slots};
 use super::stats::{Counters, FilterSetStats};
-use super::store::FilterStore;
+use super::store::{FilterStore, StoreError};
 
 pub(crate) type NewFilter<K> = Arc<dyn Fn(&K) -> AnyFilter + Send + Sync>;
 pub(crate) type Decode = Arc<dyn Fn(&[u8]) -> Result<AnyFilter, DecodeError> + Send + Sync>;
+
+/// The most stores (to the [`FilterStore`]) a set runs at once, flushes and evictions
+/// together: a flush stores this many filters at a time, and evictions by concurrent loads
+/// run side by side up to it.
+pub(crate) const MAX_CONCURRENT_STORES: usize = 8;
 
 /// What an entry takes beyond its filters' bits: the entry, its place in the table and the
 /// LRU list.
@@ -72,6 +79,8 @@ pub struct FilterSet<K, S> {
     new_filter: NewFilter<K>,
     decode: Decode,
     counters: Counters,
+    /// Bounds the stores running at once ([`MAX_CONCURRENT_STORES`]).
+    store_permits: Semaphore,
 }
 
 impl<K, S> FilterSet<K, S>
@@ -113,6 +122,7 @@ where
             new_filter,
             decode,
             counters,
+            store_permits: Semaphore::new(MAX_CONCURRENT_STORES),
         }
     }
 
@@ -185,8 +195,9 @@ where
     }
 
     /// Runs `f` on `key`'s filter, creating it on the key's first use, and marks it changed
-    /// (to be stored). `f` runs with the filter pinned in memory: keep it short, it must not
-    /// block.
+    /// (to be stored). `f` runs with the filter pinned in memory (a resident filter under
+    /// its shard's read lock, which evictions and loads of the shard's keys wait for): keep
+    /// it short, it must not block.
     ///
     /// ```
     /// # use bloom_tower::filter_set::{DirectoryStore, FilterSet};
@@ -256,8 +267,11 @@ where
     pub async fn flush(&self) -> Result<usize, FilterSetError> {
         let mut stored = 0;
         let mut first_error = None;
-        for key in self.slots.keys() {
-            match self.flush_key(&key).await {
+        let mut flushes = stream::iter(self.slots.keys())
+            .map(|key| async move { self.flush_key(&key).await })
+            .buffer_unordered(MAX_CONCURRENT_STORES);
+        while let Some(flushed) = flushes.next().await {
+            match flushed {
                 Ok(true) => stored += 1,
                 Ok(false) => {}
                 Err(e) => {
@@ -304,7 +318,7 @@ where
                         return Ok(false);
                     };
                     let name = key.to_string();
-                    return match self.store.store(&name, bytes).await {
+                    return match self.store_bytes(&name, bytes).await {
                         Ok(()) => {
                             self.counters.store(&self.name);
                             Ok(true)
@@ -367,8 +381,9 @@ where
         &self.store
     }
 
-    /// Finds `key`'s entry (waiting for a load or eviction under way, loading it if absent)
-    /// and runs `f` on it; `None` if the key has no filter and `create` is false.
+    /// Runs `f` on `key`'s filter: under its shard's read lock if it is resident, after
+    /// waiting for a load or eviction under way, or after loading it if absent; `None` if the
+    /// key has no filter and `create` is false.
     async fn access<R>(
         &self,
         key: &K,
@@ -377,34 +392,35 @@ where
     ) -> Result<Option<R>, FilterSetError> {
         let mut f = Some(f);
         loop {
-            let entry = match self.slots.find(key) {
-                Found::Resident(entry) => entry,
+            let found = self.slots.find(key, |entry| {
+                let f = f.take().expect("an operation runs once");
+                entry.run(create, f)
+            });
+            match found {
+                Found::Ran(r) => return Ok(Some(r)),
                 Found::Busy(busy) => {
                     self.counters.coalesced_waiter();
                     slots::wait(busy).await;
-                    continue;
                 }
-                Found::Lead(guard) => match self.load(key, guard, create).await? {
-                    Some(entry) => entry,
-                    None => return Ok(None),
-                },
-            };
-            let run = |filter: &AnyFilter| f.take().map(|f| f(filter));
-            if let Some(r) = entry.run(create, run) {
-                return Ok(r);
+                Found::Lead(guard) => {
+                    let f = f.take().expect("an operation runs once");
+                    return self.load(key, guard, create, f).await;
+                }
             }
-            // Evicted between the lookup and the run (which did not run `f`): look again.
         }
     }
 
-    /// Reads `key`'s filter from the store (or creates it), makes room for it, and makes it
-    /// resident. `None`: the store has none and `create` is false (the key stays absent).
-    async fn load(
+    /// Reads `key`'s filter from the store (or creates it), makes room for it, runs `f` on it
+    /// (the key is still Busy: no eviction can reach it) and makes it resident. `None`: the
+    /// store has none and `create` is false (the key stays absent). Loads of different keys
+    /// run at once; a key has one load at a time (its other callers wait on the Busy key).
+    async fn load<R>(
         &self,
         key: &K,
         mut guard: LoadGuard<'_, K>,
         create: bool,
-    ) -> Result<Option<Arc<Entry>>, FilterSetError> {
+        f: impl FnOnce(&AnyFilter) -> R,
+    ) -> Result<Option<R>, FilterSetError> {
         let name = key.to_string();
         let started = Instant::now();
         let filter = match self.store.load(&name).await {
@@ -432,10 +448,11 @@ where
         guard.reserve(bytes);
         self.make_room().await;
         let entry = Arc::new(Entry::new(filter, bytes));
-        guard.complete(entry.clone());
+        let r = entry.run(create, f);
+        guard.complete(entry);
         self.counters
             .memory(&self.name, self.slots.filters(), self.slots.bytes());
-        Ok(Some(entry))
+        Ok(Some(r))
     }
 
     /// Evicts the least recently used filters until the bytes fit the budget. A failed store
@@ -454,6 +471,14 @@ where
             .memory(&self.name, self.slots.filters(), self.slots.bytes());
     }
 
+    /// Stores `bytes` under `name`, once one of the [`MAX_CONCURRENT_STORES`] permits is free
+    /// (flushes and evictions share them).
+    async fn store_bytes(&self, name: &str, bytes: Vec<u8>) -> Result<(), StoreError> {
+        // The semaphore is never closed.
+        let _permit = self.store_permits.acquire().await;
+        self.store.store(name, bytes).await
+    }
+
     /// Stores the victim's filter if it changed, then frees it. If the store fails or this
     /// future is dropped, the guard puts the filter back in memory, changed.
     async fn evict(&self, victim: EvictGuard<'_, K>) -> Result<(), FilterSetError> {
@@ -461,7 +486,7 @@ where
         let _turn = entry.store_turn.lock().await;
         if let Some(bytes) = entry.evict() {
             let name = victim.key().to_string();
-            if let Err(source) = self.store.store(&name, bytes).await {
+            if let Err(source) = self.store_bytes(&name, bytes).await {
                 self.counters.store_error(&self.name);
                 return Err(FilterSetError::Store { name, source });
             }
