@@ -6,47 +6,14 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use assert_cmd::Command;
 use bloom_core::{CountingBloomFilter, Layout, ScalableBloomFilter, params};
 use predicates::prelude::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tempfile::TempDir;
 
-fn bloom() -> Command {
-    Command::cargo_bin("bloom").expect("the bloom binary is built for integration tests")
-}
-
-/// Runs `bloom` with `args` in `dir`, feeding `stdin`.
-fn run(dir: &Path, args: &[&str], stdin: impl Into<Vec<u8>>) -> Output {
-    bloom()
-        .current_dir(dir)
-        .args(args)
-        .write_stdin(stdin)
-        .output()
-        .expect("bloom runs")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).expect("utf-8 stdout")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// Asserts a clean failure: exit status 2, a one-line `bloom: ...` message containing every
-/// one of `needles`, and no panic.
-fn assert_error(o: &Output, needles: &[&str]) {
-    let err = stderr(o);
-    assert_eq!(o.status.code(), Some(2), "stderr: {err}");
-    assert!(!err.contains("panicked"), "{err}");
-    assert!(err.starts_with("bloom: "), "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "not one line: {err}");
-    for n in needles {
-        assert!(err.contains(n), "{err:?} lacks {n:?}");
-    }
-}
+mod common;
+use common::{assert_error, bloom, run, stderr, stdout};
 
 /// Asserts a command-line (clap) rejection: exit status 2, the hint, no panic.
 fn assert_usage_error(o: &Output, needle: &str) {

@@ -7,48 +7,20 @@ use std::path::Path;
 use std::process::{Child, Command as StdCommand, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use assert_cmd::Command;
 use bloom_core::{AnyFilter, Snapshot, SnapshotLabel};
 use tempfile::TempDir;
+
+mod common;
+use common::{run, stderr, stdout};
 
 /// The kinds that can remove, and the `--items` each is built with in the kill tests: large
 /// enough that the file (4.6 MiB counting, 2.3 MiB cuckoo) outgrows the save's 1 MiB write
 /// buffer, so a kill before its last flush leaves a torn temporary file.
 const KINDS: [(&str, &str); 2] = [("counting", "1M"), ("cuckoo", "2M")];
 
-fn bloom() -> Command {
-    Command::cargo_bin("bloom").expect("the bloom binary is built for integration tests")
-}
-
-/// Runs `bloom` with `args` in `dir`, feeding `stdin`.
-fn run(dir: &Path, args: &[&str], stdin: impl Into<Vec<u8>>) -> Output {
-    bloom()
-        .current_dir(dir)
-        .args(args)
-        .write_stdin(stdin)
-        .output()
-        .expect("bloom runs")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).expect("utf-8 stdout")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// Asserts a clean failure: exit status 2, a one-line `bloom: ...` message containing every
-/// one of `needles`, no panic, nothing on stdout.
+/// [`common::assert_error`], with nothing on stdout.
 fn assert_error(o: &Output, needles: &[&str]) {
-    let err = stderr(o);
-    assert_eq!(o.status.code(), Some(2), "stderr: {err}");
-    assert!(!err.contains("panicked"), "{err}");
-    assert!(err.starts_with("bloom: "), "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "not one line: {err}");
-    for n in needles {
-        assert!(err.contains(n), "{err:?} lacks {n:?}");
-    }
+    common::assert_error(o, needles);
     assert_eq!(stdout(o), "");
 }
 
