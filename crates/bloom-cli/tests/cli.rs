@@ -13,7 +13,7 @@ use rand::{Rng, SeedableRng};
 use tempfile::TempDir;
 
 mod common;
-use common::{assert_error, bloom, run, stderr, stdout};
+use common::{assert_error, bloom, run, spawn_with_stdin, stderr, stdout};
 
 /// Asserts a command-line (clap) rejection: exit status 2, the hint, no panic.
 fn assert_usage_error(o: &Output, needle: &str) {
@@ -2302,29 +2302,6 @@ fn with_stdin(command: std::process::Command, input: &str) -> Output {
     spawn_with_stdin(command, input, std::process::Stdio::piped)
         .wait_with_output()
         .unwrap()
-}
-
-/// Starts `command` with `input` on its standard input, then closed; its stdout and stderr
-/// are `output()`.
-fn spawn_with_stdin(
-    mut command: std::process::Command,
-    input: &str,
-    output: impl Fn() -> std::process::Stdio,
-) -> std::process::Child {
-    use std::io::Write as _;
-    let mut child = command
-        .stdin(std::process::Stdio::piped())
-        .stdout(output())
-        .stderr(output())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    child
 }
 
 /// A run killed at each step of its save (`BLOOM_TEST_CRASH_AT`: after a generation file,

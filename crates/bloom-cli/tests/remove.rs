@@ -4,14 +4,14 @@
 
 use std::fs;
 use std::path::Path;
-use std::process::{Child, Command as StdCommand, Output, Stdio};
+use std::process::{Command as StdCommand, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use bloom_core::{AnyFilter, Snapshot, SnapshotLabel};
 use tempfile::TempDir;
 
 mod common;
-use common::{run, stderr, stdout};
+use common::{run, spawn_with_stdin, stderr, stdout};
 
 /// The kinds that can remove, and the `--items` each is built with in the kill tests: large
 /// enough that the file (4.6 MiB counting, 2.3 MiB cuckoo) outgrows the save's 1 MiB write
@@ -465,24 +465,6 @@ fn remove_command(dir: &Path, crash_at: &str) -> StdCommand {
     c
 }
 
-/// Starts `command` with `input` on its standard input, then closed.
-fn spawn_with_input(mut command: StdCommand, input: &str) -> Child {
-    use std::io::Write as _;
-    let mut child = command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    child
-}
-
 /// A run killed (SIGKILL, `BLOOM_TEST_CRASH_AT`) at each step: after the removes in memory,
 /// with the temporary file half written (torn: the file outgrows the write buffer), once it
 /// is complete and fsynced but not renamed, and just after the rename. Each leaves `f` byte
@@ -500,7 +482,7 @@ fn a_remove_killed_at_each_step_leaves_the_old_or_the_new_file_whole() {
             ("renamed", true),
         ] {
             fs::write(dir.path().join("f"), &before).unwrap();
-            let o = spawn_with_input(remove_command(dir.path(), step), &lines(&b))
+            let o = spawn_with_stdin(remove_command(dir.path(), step), &lines(&b), Stdio::piped)
                 .wait_with_output()
                 .unwrap();
             assert_eq!(
@@ -582,7 +564,8 @@ fn a_remove_killed_from_outside_keeps_a_whole_file() {
         let (mut old, mut new) = (0, 0);
         for delay_ms in [0, 0, 1, 2, 5, 10, 20, 50, 100, 300] {
             fs::write(dir.path().join("f"), &before).unwrap();
-            let mut child = spawn_with_input(remove_command(dir.path(), ""), &lines(&b));
+            let mut child =
+                spawn_with_stdin(remove_command(dir.path(), ""), &lines(&b), Stdio::piped);
             let start = Instant::now();
             let writing = |name: &String| {
                 name.starts_with(".f.")

@@ -41,3 +41,26 @@ pub fn assert_error(o: &Output, needles: &[&str]) {
         assert!(err.contains(n), "{err:?} lacks {n:?}");
     }
 }
+
+/// Starts `command` with `input` on its standard input, then closed; its stdout and stderr
+/// are `output()`.
+pub fn spawn_with_stdin(
+    mut command: std::process::Command,
+    input: &str,
+    output: impl Fn() -> std::process::Stdio,
+) -> std::process::Child {
+    use std::io::Write as _;
+    let mut child = command
+        .stdin(std::process::Stdio::piped())
+        .stdout(output())
+        .stderr(output())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child
+}
