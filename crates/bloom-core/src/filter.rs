@@ -177,6 +177,13 @@ impl BloomFilter {
         self.contains_hash(self.hasher.hash(key))
     }
 
+    /// Line `index` of the bit array (`index < num_blocks`, Blocked and SplitBlock): a ring
+    /// of filters of one shape finds a key's index once for all of them.
+    #[inline(always)]
+    pub(crate) fn line(&self, index: usize) -> &Line {
+        self.bits.block(index)
+    }
+
     /// A Blocked or SplitBlock key's block.
     #[inline(always)]
     fn block_of(&self, h: KeyHash) -> &Line {

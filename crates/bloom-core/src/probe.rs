@@ -268,6 +268,48 @@ impl Probe {
             Kind::Avx2 => unsafe { x86::contains_split_avx2(block, word) },
         }
     }
+
+    /// Whether any of `lines` holds every one of the `k` bits that `h` names
+    /// ([`contains`](Self::contains) of each): for a ring of filters of one shape, which locate a key once and test its
+    /// line in each (`WindowedFilter`). Every line is tested, with no exit at the first that
+    /// holds the key, so the lines' loads overlap and which one holds a hit is no branch to
+    /// mispredict (bench: `windowed/contains_{hit,miss}` in benches/windowed.rs).
+    #[inline(always)]
+    pub(crate) fn any_contains<'a>(
+        self,
+        lines: impl IntoIterator<Item = &'a Line>,
+        h: KeyHash,
+        k: u32,
+    ) -> bool {
+        match self.test {
+            Kind::Scalar => lines.into_iter().fold(false, |found, line| {
+                found | contains_scalar(line, h.h2(), k)
+            }),
+            #[cfg(all(target_arch = "x86_64", not(loom)))]
+            #[allow(unsafe_code)]
+            // SAFETY: as in `contains`: `Kind::Avx2` means this CPU has AVX2.
+            Kind::Avx2 => unsafe { x86::any_contains_avx2(lines, h.h1, k) },
+        }
+    }
+
+    /// [`any_contains`](Self::any_contains) for SplitBlock lines: whether any of `lines`
+    /// holds the eight bits of `word`.
+    #[inline(always)]
+    pub(crate) fn any_contains_split<'a>(
+        self,
+        lines: impl IntoIterator<Item = &'a Line>,
+        word: u64,
+    ) -> bool {
+        match self.test {
+            Kind::Scalar => lines.into_iter().fold(false, |found, line| {
+                found | contains_split_scalar(line, word)
+            }),
+            #[cfg(all(target_arch = "x86_64", not(loom)))]
+            #[allow(unsafe_code)]
+            // SAFETY: as in `contains`: `Kind::Avx2` means this CPU has AVX2.
+            Kind::Avx2 => unsafe { x86::any_contains_split_avx2(lines, word) },
+        }
+    }
 }
 
 /// The portable test, one probe at a time. Branch-free over the line: a data-dependent early
@@ -465,6 +507,46 @@ mod x86 {
             );
             _mm256_testz_si256(clear, clear) == 1
         }
+    }
+
+    /// [`contains_avx2`] of each of `lines`, all in one AVX2 function (the test of each
+    /// inlined, what does not depend on the line computed once): whether any holds the key.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must support AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn any_contains_avx2<'a>(
+        lines: impl IntoIterator<Item = &'a Line>,
+        h1: u64,
+        k: u32,
+    ) -> bool {
+        let mut found = false;
+        for line in lines {
+            // SAFETY: AVX2, the caller's guarantee.
+            found |= unsafe { contains_avx2(line, h1, k) };
+        }
+        found
+    }
+
+    /// [`contains_split_avx2`] of each of `lines`, as [`any_contains_avx2`].
+    ///
+    /// # Safety
+    ///
+    /// The CPU must support AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn any_contains_split_avx2<'a>(
+        lines: impl IntoIterator<Item = &'a Line>,
+        word: u64,
+    ) -> bool {
+        let mut found = false;
+        for line in lines {
+            // SAFETY: AVX2, the caller's guarantee.
+            found |= unsafe { contains_split_avx2(line, word) };
+        }
+        found
     }
 
     /// [`contains_split_avx2`] of what `locate` returns, `locate` compiled inside.
@@ -759,6 +841,48 @@ mod tests {
                 assert!(!Probe::SCALAR.contains_split(&block(w), word));
             }
         }
+    }
+
+    /// The ring forms (`any_contains`, `any_contains_split`, one key tested in up to eight
+    /// lines) answer yes exactly when one line alone does, on both paths: a line in the middle
+    /// of the batch, the last, none, and the empty batch.
+    #[test]
+    fn any_line_of_a_ring_decides_on_both_paths() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0xa11);
+        let (mut yes, mut no) = (0u32, 0u32);
+        for round in 0..5_000 {
+            let count = round % 9;
+            let ors = 1 + round % 4;
+            let lines: Vec<Line> = (0..count)
+                .map(|_| {
+                    block(std::array::from_fn(|_| {
+                        (0..ors).fold(0, |w, _| w | rng.random::<u64>())
+                    }))
+                })
+                .collect();
+            let h = KeyHash { h1: rng.random() };
+            let k = rng.random_range(1..=12);
+            let word: u64 = rng.random();
+            let want = lines.iter().any(|l| Probe::SCALAR.contains(l, h, k));
+            let want_split = lines.iter().any(|l| Probe::SCALAR.contains_split(l, word));
+            for probe in [Probe::SCALAR, Probe::detect()] {
+                assert_eq!(
+                    probe.any_contains(&lines, h, k),
+                    want,
+                    "{probe:?} round {round}"
+                );
+                assert_eq!(
+                    probe.any_contains_split(&lines, word),
+                    want_split,
+                    "{probe:?} round {round}"
+                );
+            }
+            if want_split { yes += 1 } else { no += 1 }
+        }
+        assert!(
+            yes > 500 && no > 500,
+            "both answers exercised: {yes} / {no}"
+        );
     }
 
     #[test]

@@ -4,10 +4,14 @@
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
+use crate::bit_vector::Line;
 use crate::builder::Parts as Shape;
 use crate::hasher::KeyHasher;
+use crate::layout::reduce;
+use crate::params::BLOCK_BITS;
+use crate::probe::Probe;
 use crate::sync::{AtomicU64, Mutex, Ordering, fence};
-use crate::{BloomFilter, Key};
+use crate::{BloomFilter, Key, Layout};
 
 use super::builder::{Window, WindowedBuilder, generation_rate};
 use super::clock::Clock;
@@ -75,6 +79,11 @@ pub struct WindowedFilter {
     written: Box<[AtomicU64]>,
     /// Held by the one thread rotating; never by a lookup.
     rotation: Mutex<()>,
+    /// How every generation's line is tested (they are all of one size): a lookup finds the
+    /// key's line index once and tests that line in each generation with it.
+    probe: Probe,
+    /// Lines per generation (Blocked and SplitBlock).
+    num_blocks: u64,
     parts: Parts,
 }
 
@@ -125,6 +134,7 @@ impl WindowedFilter {
                 .collect(),
             None => generations.iter().map(|_| AtomicU64::new(0)).collect(),
         };
+        let (shape_slots, shape_bytes) = (shape.slots, shape.slots.div_ceil(64) as usize * 8);
         let filter = Self {
             written,
             generations: generations
@@ -135,6 +145,8 @@ impl WindowedFilter {
             epoch: AtomicU64::new(epoch),
             inserts: AtomicU64::new(inserts),
             rotation: Mutex::new(()),
+            probe: Probe::for_filter_of(shape_bytes),
+            num_blocks: shape_slots / BLOCK_BITS,
             parts,
         };
         // A file saved a while ago: drop the generations that expired since. Nothing else
@@ -253,20 +265,51 @@ impl WindowedFilter {
         }
         // Every generation has the same size, layout and hash key: one hash serves them all.
         let h = self.hasher().hash(key);
-        // Newest first, stepping back around the ring (one division, not one per step).
+        if self.shape.layout == Layout::Classic {
+            return self.in_range(oldest, newest).any(|g| g.contains_hash(h));
+        }
+        // The key's line is at the same index in every generation: found once, and tested in
+        // each generation of the range, a batch of up to eight lines at a time, without
+        // stopping at a hit (`Probe::any_contains`: the loads overlap, and which generation
+        // holds the key is no branch to mispredict).
+        let index = reduce(h.h1, self.num_blocks) as usize;
+        let test = |lines: &[Option<&Line>]| {
+            let lines = lines.iter().flatten().copied();
+            match self.shape.layout {
+                Layout::SplitBlock => self.probe.any_contains_split(lines, h.split_word()),
+                _ => self.probe.any_contains(lines, h, self.shape.hashes),
+            }
+        };
+        let mut batch = [None; 8];
+        let mut queued = 0;
+        let mut found = false;
+        for generation in self.in_range(oldest, newest) {
+            batch[queued] = Some(generation.line(index));
+            queued += 1;
+            if queued == batch.len() {
+                found |= test(&batch);
+                queued = 0;
+            }
+        }
+        found | test(&batch[..queued])
+    }
+
+    /// The generations of epochs `oldest..=newest` that may hold keys (written since they
+    /// were last cleared, and so allocated), newest first: stepping back around the ring,
+    /// with one division, not one per step.
+    #[inline(always)]
+    fn in_range(&self, oldest: u64, newest: u64) -> impl Iterator<Item = &BloomFilter> {
         let ring = self.generations.len();
         let mut at = (newest % self.ring()) as usize;
-        for _ in oldest..=newest {
-            if self.written[at].load(Ordering::Acquire) != 0
-                && self.generations[at]
-                    .get()
-                    .is_some_and(|g| g.contains_hash(h))
-            {
-                return true;
-            }
+        (oldest..=newest).filter_map(move |_| {
+            let this = at;
             at = if at == 0 { ring - 1 } else { at - 1 };
-        }
-        false
+            if self.written[this].load(Ordering::Acquire) != 0 {
+                self.generations[this].get()
+            } else {
+                None
+            }
+        })
     }
 
     /// [`contains`](Self::contains), then [`insert`](Self::insert) if it was not seen: `true`
