@@ -5,6 +5,7 @@
 //! | file         | holds                                                              |
 //! |--------------|--------------------------------------------------------------------|
 //! | `filter.rs`  | [`WindowedFilter`]: the ring of generations, insert, lookup, rotation |
+//! | `batch.rs`   | [`WindowedFilter::contains_many_with`]: a batch of lookups under one clock read |
 //! | `builder.rs` | [`WindowedBuilder`], [`Window`]: sizing from the window, keys per window and rate |
 //! | `clock.rs`   | [`Clock`], [`SystemClock`], [`ManualClock`]                          |
 //!
@@ -72,12 +73,17 @@
 //!
 //! # Lookup cost
 //!
-//! A lookup hashes the key once (every generation has the same size, layout and hash key, so
-//! the key's line is at the same place in each) and tests the generations in range newest
-//! first: a hit stops at the generation holding the key, a miss tests all `N`, one cache line
-//! each. The test of a line is what a lookup repeats `N` times, so the default layout is
-//! SplitBlock: its eight bits come from one multiply of the hash and are tested with one
-//! compare of the line, where Blocked cuts `k` offsets (8 at `p_g` = 0.25 %) one at a time
+//! A lookup hashes the key once and finds its line index once (every generation has the same
+//! size, layout and hash key, so the key's line is at the same index in each), then tests that
+//! line in every generation in range, eight at a time in one SIMD function, without stopping
+//! at a hit: the `N` loads overlap, and which generation holds a hit is no branch to
+//! mispredict (`Probe::any_contains`, guarded by
+//! `probe::tests::any_line_of_a_ring_decides_on_both_paths`). A lookup therefore costs one
+//! hash, one memory latency and `N` line tests, where a plain filter costs one hash, one
+//! latency and one test; nothing short of a layout holding a key's generations in one line
+//! removes the `N` tests. The test of a line is what a lookup repeats `N` times, so the
+//! default layout is SplitBlock: its eight bits come from one multiply of the hash and are
+//! tested with one compare of the line, where Blocked cuts `k` offsets (8 at `p_g` = 0.25 %) one at a time
 //! and refills its bits with a mix past 7. At the same rates it takes about the same memory
 //! (22.1 bits per key of the window at N = 4, p = 1 %, against Blocked's 22.0; 19.6 against
 //! 19.4 at N = 8) and a lookup is about a third faster (`benches/windowed.rs`). A `layout`
@@ -94,6 +100,7 @@
 //! Blocked): 2.2×. Without the spare (`N/(N − 1)`) the bound is still 16.6 bits, 1.7× a plain
 //! filter: no ring of per-period Bloom filters under this rate guarantee gets below that.
 
+mod batch;
 mod builder;
 mod clock;
 mod filter;
