@@ -62,6 +62,13 @@ struct Cli {
     /// The window, days.
     #[arg(long, default_value_t = 7)]
     window_days: u64,
+    /// With --serve: the window in seconds instead of days, for a week compressed into a
+    /// benchmark's seconds (benches/feed_http.sh), with --items-per-day to match.
+    #[arg(long, requires = "serve", conflicts_with = "window_days", value_parser = clap::value_parser!(u64).range(1..))]
+    window_secs: Option<u64>,
+    /// New items in the catalogue per day (the candidates are the newest 20 pages of it).
+    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(1..))]
+    items_per_day: u64,
     /// Items per response.
     #[arg(long, default_value_t = 10)]
     page: usize,
@@ -70,8 +77,10 @@ struct Cli {
     #[arg(long)]
     durable: bool,
     /// Seconds between two flushes of the filters changed since the last one (a killed
-    /// process forgets at most this much without --durable).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    /// process forgets at most this much without --durable; a graceful stop stores all).
+    /// Each flush stores every user whose filter changed, one file (or Redis key) each, so
+    /// a user's requests within one interval cost one store: 30 s covers a reading session.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     flush_secs: u64,
     /// With --serve: the baseline without the filters. The same routes, request handling
     /// and JSON, but no filter set call: every candidate counts as not seen (a feed always
@@ -107,7 +116,7 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
     let cli = Cli::parse();
-    let window = Duration::from_secs(cli.window_days * DAY);
+    let window = Duration::from_secs(cli.window_secs.unwrap_or(cli.window_days * DAY));
     let config = FeedConfig {
         budget_bytes: cli.budget_mib << 20,
         items_per_window: cli.items_per_window,
@@ -116,7 +125,9 @@ async fn main() -> anyhow::Result<()> {
         generations: GENERATIONS,
         page: cli.page,
         scan: 20 * cli.page,
-        catalog: Catalog { per_day: 2_000 },
+        catalog: Catalog {
+            per_day: cli.items_per_day,
+        },
         durable: cli.durable,
         filter: !cli.no_filter,
     };
@@ -264,10 +275,13 @@ async fn run_simulation(cli: &Cli, config: FeedConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Flushes the filter set every `period`.
+/// Flushes the filter set every `period`. A flush that comes late (a stalled or stopped
+/// process) runs once, and the next one `period` after it: one flush per `period`, never a
+/// burst of them (`benches/feed_http.sh` relies on it).
 fn spawn_flusher(feed: Arc<Feed>, period: Duration) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut every = tokio::time::interval(period);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             every.tick().await;
             if let Err(e) = feed.shown().flush().await {

@@ -7,7 +7,7 @@
 //! | --- | --- |
 //! | `GET /feed/{user}` | the newest `page` items of the catalogue the user's filter has not seen; marks them seen. JSON `{"items": [...], "withheld": [...]}` (`withheld`: candidates skipped as already shown, for the checker) |
 //! | `GET /seen/{user}/{item}` | JSON `{"seen": bool}`: whether the user's filter holds the item |
-//! | `GET /stats` | the filter set's [`FilterSetStats`](bloom_tower::filter_set::FilterSetStats) as JSON |
+//! | `GET /stats` | the filter set's [`FilterSetStats`](bloom_tower::filter_set::FilterSetStats) as JSON, and `pages`, `items_answered`, `items_withheld` since the start |
 //!
 //! Two requests of one user run one after the other (a striped lock per user): a check and
 //! the insert that follows it are one step, so two tabs cannot both be shown an item.
@@ -16,13 +16,21 @@
 //! 10 % are active each day, over two weeks, and checks every answer against an exact record
 //! of what each user was shown. `--durable` stores the user's filter before each response
 //! ([`FilterSet::flush_key`](bloom_tower::filter_set::FilterSet::flush_key)), so a killed
-//! process forgets nothing it answered; without it the set is flushed every second
-//! (`--flush-secs`) and at shutdown.
+//! process forgets nothing it answered (`tests/feed.rs`
+//! `a_killed_feed_service_loses_no_item_it_acknowledged`). Without it the filters changed
+//! since the last flush are stored every 30 s (`--flush-secs`) and at a graceful stop: a
+//! process killed outright forgets what it showed since its last flush (at most
+//! `--flush-secs`), and may show those items again; a stop by signal forgets nothing. A
+//! flush stores one file (or Redis key) per user changed, so a user's requests within one
+//! interval cost one store.
 //!
 //! `feed --serve --no-filter` ([`FeedConfig::filter`] `false`) serves the same routes with the
 //! filter set calls removed: every candidate counts as not seen and nothing is recorded. It is
 //! the baseline `benches/feed_http.sh` measures the filtered service against over HTTP (`wrk`),
-//! to show what the filters cost per request.
+//! to show what the filters cost per request. The catalogue grows by `--items-per-day`
+//! (2,000) and `--window-secs` replaces `--window-days`: the script runs a week compressed
+//! into seconds (10 new items a second, a 10 s window), so that pages hold fresh items.
+//! `GET /stats` also counts the pages answered and the items they showed and withheld.
 
 mod service;
 mod simulate;

@@ -1,6 +1,7 @@
 //! The service: its store, state, routes and handlers.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -126,6 +127,7 @@ pub struct Feed {
     clock: Arc<dyn Clock>,
     /// A request holds its user's stripe from the check to the insert.
     stripes: Vec<tokio::sync::Mutex<()>>,
+    answered: Answered,
 }
 
 impl Feed {
@@ -150,6 +152,7 @@ impl Feed {
             config,
             clock,
             stripes: (0..4096).map(|_| tokio::sync::Mutex::new(())).collect(),
+            answered: Answered::default(),
         }))
     }
 
@@ -175,7 +178,7 @@ impl Feed {
         let newest = self.config.catalog.newest(self.clock.now_millis());
         let (page, scan) = (self.config.page, self.config.scan as u64);
         if !self.config.filter {
-            // The baseline: the loop below with every `contains` false and no `insert`.
+            // The baseline: `choose` with every candidate unseen and nothing recorded.
             let mut items = Vec::with_capacity(page);
             let withheld = Vec::new();
             for item in (newest.saturating_sub(scan)..newest).rev() {
@@ -184,31 +187,111 @@ impl Feed {
                 }
                 items.push(item);
             }
+            self.answered.count(&items, &withheld);
             return Ok((items, withheld));
         }
         let chosen = self
             .shown
             .update(&user, |seen| {
-                let mut items = Vec::with_capacity(page);
-                let mut withheld = Vec::new();
-                for item in (newest.saturating_sub(scan)..newest).rev() {
-                    if items.len() == page {
-                        break;
-                    }
-                    if seen.contains(&item) {
-                        withheld.push(item);
-                    } else {
-                        seen.insert(&item);
-                        items.push(item);
-                    }
-                }
-                (items, withheld)
+                let seen = seen
+                    .as_windowed()
+                    .expect("the feed's filter set is built windowed (Feed::new)");
+                choose(seen, newest, page, scan)
             })
             .await?;
         if self.config.durable {
             self.shown.flush_key(&user).await?;
         }
+        self.answered.count(&chosen.0, &chosen.1);
         Ok(chosen)
+    }
+}
+
+/// The page for a user whose filter is `seen`: the newest `page` of the `scan` candidates
+/// below `newest` that `seen` does not hold, each recorded in it; and the candidates
+/// withheld as seen, in the order looked at, up to where the page filled.
+///
+/// Rules: an item is shown only if `seen` answered "not seen" for it within this call, and
+/// every item shown is in `seen` when this returns (the simulation's exact checker:
+/// `tests/feed.rs` `the_simulated_feed_never_shows_an_item_twice_within_the_window`). The
+/// newest `page` candidates are checked and recorded in one batch
+/// ([`WindowedFilter::seen_or_insert_many_with`], one clock read); only if some of them
+/// were seen are older candidates looked up, `2 × page` (at least 16) to a batch
+/// ([`WindowedFilter::contains_many_with`]), and the first unseen ones of a batch recorded
+/// in one more.
+fn choose(seen: &WindowedFilter, newest: u64, page: usize, scan: u64) -> (Vec<u64>, Vec<u64>) {
+    let lowest = newest.saturating_sub(scan);
+    let mut items = Vec::with_capacity(page);
+    let mut withheld = Vec::new();
+    // The candidates `lowest..next` are still to be looked at, newest first.
+    let first = newest - (page as u64).min(newest - lowest);
+    let mut item = newest;
+    seen.seen_or_insert_many_with((first..newest).rev(), |was_seen| {
+        item -= 1;
+        if was_seen {
+            withheld.push(item);
+        } else {
+            items.push(item);
+        }
+    });
+    let mut next = first;
+    // The older candidates, a chunk to a batch: a page's worth or more, so that most pages
+    // take one more batch at most, and no batch looks far past where the page fills.
+    let chunk = (2 * page as u64).max(16);
+    while items.len() < page && next > lowest {
+        let want = page - items.len();
+        let from = next - chunk.min(next - lowest);
+        let mut picked = Vec::with_capacity(want);
+        let mut looked = Vec::with_capacity((next - from) as usize);
+        let mut item = next;
+        seen.contains_many_with((from..next).rev(), |was_seen| {
+            item -= 1;
+            if picked.len() < want {
+                looked.push((item, was_seen));
+                if !was_seen {
+                    picked.push(item);
+                }
+            }
+        });
+        // The candidates below the last one looked at are still to be looked at.
+        next = match looked.last() {
+            Some(&(item, _)) if picked.len() == want => item,
+            _ => from,
+        };
+        if picked.is_empty() {
+            withheld.extend(looked.into_iter().map(|(item, _)| item));
+            continue;
+        }
+        // Recorded in one batch: one now "seen" is a false positive of this batch's own
+        // inserts, and is withheld as the item-by-item loop would have withheld it.
+        let mut now_seen = Vec::with_capacity(picked.len());
+        seen.seen_or_insert_many_with(picked.iter(), |s| now_seen.push(s));
+        let mut now_seen = now_seen.into_iter();
+        for (item, was_seen) in looked {
+            if was_seen || now_seen.next() != Some(false) {
+                withheld.push(item);
+            } else {
+                items.push(item);
+            }
+        }
+    }
+    (items, withheld)
+}
+
+/// Pages answered and the items they held, for `GET /stats`: what the load was.
+#[derive(Default)]
+struct Answered {
+    pages: AtomicU64,
+    items: AtomicU64,
+    withheld: AtomicU64,
+}
+
+impl Answered {
+    fn count(&self, items: &[u64], withheld: &[u64]) {
+        self.pages.fetch_add(1, Ordering::Relaxed);
+        self.items.fetch_add(items.len() as u64, Ordering::Relaxed);
+        self.withheld
+            .fetch_add(withheld.len() as u64, Ordering::Relaxed);
     }
 }
 
@@ -247,6 +330,9 @@ async fn stats(State(feed): State<Arc<Feed>>) -> Response {
         "store_errors": s.store_errors,
         "load_latency_mean_us": s.load_latency_mean.as_micros() as u64,
         "load_latency_max_us": s.load_latency_max.as_micros() as u64,
+        "pages": feed.answered.pages.load(Ordering::Relaxed),
+        "items_answered": feed.answered.items.load(Ordering::Relaxed),
+        "items_withheld": feed.answered.withheld.load(Ordering::Relaxed),
     }))
     .into_response()
 }
