@@ -2,10 +2,9 @@
 //! lookups under one read of the stored epoch and the clock.
 
 use crate::filter::{pipelined, pipelined_map};
-use crate::hasher::KeyHasher;
 use crate::{BloomFilter, Key};
 
-use super::builder::{MAX_GENERATIONS, Window};
+use super::builder::MAX_GENERATIONS;
 use super::filter::WindowedFilter;
 
 /// The generations a batch reads, newest first: at most `N` ≤ [`MAX_GENERATIONS`].
@@ -52,7 +51,7 @@ impl WindowedFilter {
         I: IntoIterator,
         I::Item: Key,
     {
-        let Some((reads, hasher)) = self.batch_reads() else {
+        let Some(reads) = self.batch_reads() else {
             // No generation in range holds a key: nothing to hash.
             for _ in keys {
                 found(false);
@@ -60,7 +59,7 @@ impl WindowedFilter {
             return;
         };
         pipelined(
-            &hasher,
+            self.hasher(),
             keys,
             |h| {
                 // The key's line is at the same place in every generation.
@@ -68,7 +67,7 @@ impl WindowedFilter {
                     g.prefetch(h);
                 }
             },
-            |h| found(reads.iter().any(|g| g.contains_hash(h))),
+            |h| found(self.any_holds(h, reads.iter())),
         );
     }
 
@@ -90,47 +89,33 @@ impl WindowedFilter {
         I::Item: Key,
     {
         match self.batch_reads() {
-            Some((reads, hasher)) => pipelined_map(
-                &hasher,
+            Some(reads) => pipelined_map(
+                self.hasher(),
                 keys,
                 |h| {
                     for g in reads.iter() {
                         g.prefetch(h);
                     }
                 },
-                |h| reads.iter().any(|g| g.contains_hash(h)),
+                |h| self.any_holds(h, reads.iter()),
             ),
             None => keys.into_iter().map(|_| false).collect(),
         }
     }
 
-    /// The generations a lookup starting now reads, newest first, and the hash they share;
-    /// `None` if none of them holds a key. The range is `contains`'s: the epochs
-    /// `max(E, C) − N + 1 ..= E`, `E` the stored epoch and `C` the clock's (a time window),
-    /// each read once; a generation counts if its `written` mark is set (an acquire load,
-    /// which sees the mark of every insert that returned before).
-    fn batch_reads(&self) -> Option<(Reads<'_>, KeyHasher)> {
-        let newest = self.epoch();
-        let n = u64::from(self.generations());
-        let mut oldest = (newest + 1).saturating_sub(n);
-        if let Window::Time(_) = self.window() {
-            let clock_epoch = self.clock().now_millis() / self.period();
-            oldest = oldest.max((clock_epoch + 1).saturating_sub(n));
-        }
-        let ring = self.ring_len() as u64;
+    /// The generations a lookup starting now reads, newest first (`contains`'s range, from
+    /// `lookup_range`, read once, and its `written` marks: an acquire load, which sees the
+    /// mark of every insert that returned before); `None` if none of them holds a key.
+    fn batch_reads(&self) -> Option<Reads<'_>> {
+        let (oldest, newest) = self.lookup_range();
         let mut reads = Reads {
             generations: [None; MAX_GENERATIONS as usize],
             len: 0,
         };
-        for epoch in (oldest..=newest).rev() {
-            if let Some(g) = self.ring_written((epoch % ring) as usize) {
-                reads.generations[reads.len] = Some(g);
-                reads.len += 1;
-            }
+        for g in self.in_range(oldest, newest) {
+            reads.generations[reads.len] = Some(g);
+            reads.len += 1;
         }
-        if reads.len == 0 {
-            return None;
-        }
-        Some((reads, KeyHasher::new(self.seed())))
+        (reads.len > 0).then_some(reads)
     }
 }

@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 
 use crate::bit_vector::Line;
 use crate::builder::Parts as Shape;
-use crate::hasher::KeyHasher;
+use crate::hasher::{KeyHash, KeyHasher};
 use crate::layout::reduce;
 use crate::params::BLOCK_BITS;
 use crate::probe::Probe;
@@ -173,7 +173,7 @@ impl WindowedFilter {
     }
 
     /// The hash every generation derives a key's bits from.
-    fn hasher(&self) -> &KeyHasher {
+    pub(super) fn hasher(&self) -> &KeyHasher {
         &self.shape.hasher
     }
 
@@ -256,22 +256,41 @@ impl WindowedFilter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn contains<K: Key + ?Sized>(&self, key: &K) -> bool {
+        let (oldest, newest) = self.lookup_range();
+        // Every generation has the same size, layout and hash key: one hash serves them all.
+        let h = self.hasher().hash(key);
+        self.any_holds(h, self.in_range(oldest, newest))
+    }
+
+    /// The epochs a lookup starting now reads, `(oldest, newest)`: up to the stored epoch
+    /// `E`, and back to `max(E, C) − N + 1`, `C` the clock's epoch (a time window: no insert
+    /// may have rotated since). Each is read once; `contains` and the batches
+    /// (`windowed/batch.rs`) both take their range from here.
+    #[inline(always)]
+    pub(super) fn lookup_range(&self) -> (u64, u64) {
         let newest = self.epoch.load(Ordering::Acquire);
-        // The oldest epoch still inside the window: by the stored epoch, and, for a time
-        // window, by the clock too (no insert may have rotated since).
         let mut oldest = (newest + 1).saturating_sub(self.n());
         if let Window::Time(_) = self.parts.window {
             oldest = oldest.max((self.clock_epoch() + 1).saturating_sub(self.n()));
         }
-        // Every generation has the same size, layout and hash key: one hash serves them all.
-        let h = self.hasher().hash(key);
+        (oldest, newest)
+    }
+
+    /// Whether any of `generations` holds the key hashed to `h`: the tail of every lookup.
+    /// The key's line is at the same index in every generation: found once, and tested in
+    /// each generation, a batch of up to eight lines at a time, without stopping at a hit
+    /// (`Probe::any_contains`: the loads overlap, and which generation holds the key is no
+    /// branch to mispredict). Guarded by `tests/windowed.rs` and `tests/windowed_batch.rs`.
+    #[inline(always)]
+    pub(super) fn any_holds<'a>(
+        &self,
+        h: KeyHash,
+        generations: impl Iterator<Item = &'a BloomFilter>,
+    ) -> bool {
         if self.shape.layout == Layout::Classic {
-            return self.in_range(oldest, newest).any(|g| g.contains_hash(h));
+            let mut generations = generations;
+            return generations.any(|g| g.contains_hash(h));
         }
-        // The key's line is at the same index in every generation: found once, and tested in
-        // each generation of the range, a batch of up to eight lines at a time, without
-        // stopping at a hit (`Probe::any_contains`: the loads overlap, and which generation
-        // holds the key is no branch to mispredict).
         let index = reduce(h.h1, self.num_blocks) as usize;
         let test = |lines: &[Option<&Line>]| {
             let lines = lines.iter().flatten().copied();
@@ -283,7 +302,7 @@ impl WindowedFilter {
         let mut batch = [None; 8];
         let mut queued = 0;
         let mut found = false;
-        for generation in self.in_range(oldest, newest) {
+        for generation in generations {
             batch[queued] = Some(generation.line(index));
             queued += 1;
             if queued == batch.len() {
@@ -298,7 +317,7 @@ impl WindowedFilter {
     /// were last cleared, and so allocated), newest first: stepping back around the ring,
     /// with one division, not one per step.
     #[inline(always)]
-    fn in_range(&self, oldest: u64, newest: u64) -> impl Iterator<Item = &BloomFilter> {
+    pub(super) fn in_range(&self, oldest: u64, newest: u64) -> impl Iterator<Item = &BloomFilter> {
         let ring = self.generations.len();
         let mut at = (newest % self.ring()) as usize;
         (oldest..=newest).filter_map(move |_| {
