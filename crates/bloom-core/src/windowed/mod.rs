@@ -89,6 +89,15 @@
 //! 19.4 at N = 8) and a lookup is about a third faster (`benches/windowed.rs`). A `layout`
 //! set on the builder, or a file's, is kept.
 //!
+//! Out of cache, the cost is the `N` lines' loads: scattered over `N` allocations, they cost
+//! `N` cache misses that overlap only in part. A layout holding line `i` of every generation
+//! side by side (one allocation of the ring) would make a key's lines one contiguous run,
+//! fetched as one stream, but the ring would then be allocated whole at its first key: a
+//! file storing one generation would allocate `N + 1` times what its bytes back, beyond the
+//! reader's bound (docs/FORMAT.md, "What a reader allocates"), and a new or sparsely used
+//! filter (one per user) would hold `N + 1` generations where it holds the ones written. The
+//! generations therefore stay separate allocations, each made at its first key.
+//!
 //! # Memory
 //!
 //! At the worst instant (just before a rotation) a lookup's range holds `N` full generations,
