@@ -42,10 +42,14 @@ fn release_dir() -> PathBuf {
     target.join("release")
 }
 
-/// Builds `cargo build --release -p <package> --example <example>` (once per test process
+/// Builds `cargo build --release --workspace --example <example>` (once per test process
 /// and example: later calls return the same path) and returns the binary's path,
-/// `<target>/release/examples/<example>`. Runs `$CARGO` (set by `cargo test`), else `cargo`,
-/// in the workspace root; its output goes to this process's stderr.
+/// `<target>/release/examples/<example>`, an example of `package`. Runs `$CARGO` (set by
+/// `cargo test`), else `cargo`, in the workspace root; its output goes to this process's
+/// stderr. Rule: the build selects the whole workspace, so its dependencies' features are
+/// those `cargo test --workspace --release` built them with, and after that command the
+/// build is a no-op; `-p <package>` alone would unify fewer features and rebuild dozens of
+/// crates first (about a minute and a half on two cores).
 ///
 /// # Panics
 ///
@@ -61,14 +65,14 @@ pub fn example_binary(package: &str, example: &str) -> PathBuf {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let started = Instant::now();
     let output = Command::new(&cargo)
-        .args(["build", "--release", "-p", package, "--example", example])
+        .args(["build", "--release", "--workspace", "--example", example])
         .current_dir(workspace_root())
         .stdin(Stdio::null())
         .output()
         .unwrap_or_else(|e| panic!("running {} build: {e}", cargo.to_string_lossy()));
     assert!(
         output.status.success(),
-        "cargo build --release -p {package} --example {example} failed ({}):\n{}{}",
+        "cargo build --release --workspace --example {example} (of {package}) failed ({}):\n{}{}",
         output.status,
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
