@@ -2,6 +2,7 @@
 //! the guard and `GuardedCache` hold the answer until the confirmation resolves, look at the
 //! filter (or the cache) again, and only then answer "absent"; a confirmation that fails lets
 //! the key through. `contains`, which cannot wait, lets it through.
+#![cfg(feature = "guarded-cache")]
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};

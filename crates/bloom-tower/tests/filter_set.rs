@@ -1,6 +1,7 @@
 //! `FilterSet`: eviction and reload answer like a set that never evicts; one load per key;
 //! cancelled loads and failed evictions strand nothing and lose nothing; corrupt stored bytes
 //! are an error; the budget and the LRU order hold.
+#![cfg(feature = "filter-set")]
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

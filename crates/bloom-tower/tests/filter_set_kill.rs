@@ -2,6 +2,7 @@
 //! storing leaves the old filter or the new one, never a part. The test runs itself as a
 //! child process that stores 8 MiB filters in a loop, kills it at a random moment (a store is
 //! under way most of the time), and reads what is left; five times.
+#![cfg(feature = "filter-set")]
 
 use std::process::{Command, Stdio};
 use std::time::Duration;

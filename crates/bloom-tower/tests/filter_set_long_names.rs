@@ -2,6 +2,7 @@
 //! `FilterSet` keyed by URLs or unicode text evicts within its budget and loads every key
 //! back; a digest collision is an error, never another name's filter; a path past `PATH_MAX`
 //! is an error, not a panic and not "absent".
+#![cfg(feature = "filter-set")]
 
 use std::path::Path;
 

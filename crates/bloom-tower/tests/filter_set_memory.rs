@@ -1,6 +1,7 @@
 //! A `FilterSet`'s budget counts at least the heap its filters really take: the bytes it
 //! reports in memory are an upper bound of what a counting allocator sees, for plain and
 //! windowed filters, so a budget of 256 MiB keeps the filters within 256 MiB.
+#![cfg(feature = "filter-set")]
 
 use std::time::Duration;
 

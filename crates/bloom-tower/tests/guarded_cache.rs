@@ -1,4 +1,5 @@
 //! GuardedCache: the order of a lookup, coalescing, and what happens when loads go wrong.
+#![cfg(feature = "guarded-cache")]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

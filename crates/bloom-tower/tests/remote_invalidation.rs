@@ -1,5 +1,6 @@
 //! Cross-instance invalidation: key digests, the commit hook, and `forget_remote` dropping
 //! cached "not found" answers for records created on another instance.
+#![cfg(feature = "guarded-cache")]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -1,6 +1,7 @@
 //! Starting from a snapshot: refused unless made for this filter, caught up from the source
 //! before serving, verifying (letting every key through) when it cannot be caught up; and the
 //! create path's after-commit work surviving cancellation.
+#![cfg(feature = "guarded-cache")]
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};

@@ -154,6 +154,8 @@ mod tests {
         assert_eq!(filter.key_digest("k"), before);
     }
 
+    // Caches register only with the `guarded-cache` feature.
+    #[cfg(feature = "guarded-cache")]
     #[test]
     fn dropped_caches_are_pruned() {
         struct Counting(std::sync::atomic::AtomicU64);
