@@ -9,6 +9,10 @@
 //! full, three rotations done); hits are among the last `n` keys. The plain filter holds `n`
 //! keys. Memory per key (of the window) is printed at setup.
 //!
+//! Batches too: `contains_many` of 1,024 keys at a time, against the plain filter's
+//! `contains_many` (each key's lines prefetched a window ahead); criterion's throughput is
+//! keys per second.
+//!
 //! `cargo bench -p bloom-benches --bench windowed` (`BIG=1 cargo bench …` for 50M too)
 
 use std::hint::black_box;
@@ -16,10 +20,12 @@ use std::time::Duration;
 
 use bloom_core::BloomFilter;
 use bloom_core::windowed::{Window, WindowedFilter};
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 const P: f64 = 0.01;
 const MISS_BASE: u64 = 1 << 62;
+/// Keys per `contains_many` call.
+const BATCH: usize = 1024;
 
 /// Keys in shuffled order (an LCG over the range, walked cyclically).
 fn shuffled(base: u64, range: u64, count: usize) -> Vec<u64> {
@@ -96,6 +102,39 @@ fn bench_at(c: &mut Criterion, n: u64, label: &str) {
                 b.iter(|| {
                     i = (i + 1) & ((1 << 20) - 1);
                     black_box(f.contains(&keys_window[i]))
+                })
+            });
+        }
+        group.finish();
+    }
+    for (name, keys_plain, keys_window) in [
+        ("hit", &hits_plain, &hits_window),
+        ("miss", &misses, &misses),
+    ] {
+        let mut group = c.benchmark_group(format!("windowed/contains_many_{name}/{label}"));
+        group
+            .sample_size(30)
+            .warm_up_time(Duration::from_millis(500))
+            .measurement_time(Duration::from_secs(2))
+            .throughput(Throughput::Elements(BATCH as u64));
+        let batches = (1 << 20) / BATCH;
+        let mut i = 0usize;
+        group.bench_function("plain", |b| {
+            b.iter(|| {
+                i = (i + 1) % batches;
+                black_box(
+                    plain.contains_many(keys_plain[i * BATCH..(i + 1) * BATCH].iter().copied()),
+                )
+            })
+        });
+        for (g, f) in &windowed {
+            let mut i = 0usize;
+            group.bench_function(format!("windowed-N{g}"), |b| {
+                b.iter(|| {
+                    i = (i + 1) % batches;
+                    black_box(
+                        f.contains_many(keys_window[i * BATCH..(i + 1) * BATCH].iter().copied()),
+                    )
                 })
             });
         }
