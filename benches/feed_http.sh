@@ -73,7 +73,8 @@ fi
 cd "$(dirname "$0")/.."
 if [ "${BUILD:-1}" = 1 ]; then
     echo "feed_http: building the release feed example" >&2
-    cargo build --release -p bloom-examples --example feed >&2
+    # --workspace: the features `cargo test --workspace --release` builds with (no rebuild).
+    cargo build --release --workspace --example feed >&2
 fi
 target_dir=$(cargo metadata --format-version 1 --no-deps |
     sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
