@@ -20,7 +20,8 @@ use std::time::Duration;
 
 use bloom_core::BloomFilter;
 use bloom_core::windowed::{Window, WindowedFilter};
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
 
 const P: f64 = 0.01;
 const MISS_BASE: u64 = 1 << 62;
@@ -48,6 +49,16 @@ fn bench(c: &mut Criterion) {
     for (n, label) in sizes {
         bench_at(c, n, label);
     }
+}
+
+/// A group of lookups, every one of this file's measured alike.
+fn lookup_group(c: &mut Criterion, name: String) -> BenchmarkGroup<'_, WallTime> {
+    let mut group = c.benchmark_group(name);
+    group
+        .sample_size(30)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    group
 }
 
 fn bench_at(c: &mut Criterion, n: u64, label: &str) {
@@ -84,11 +95,7 @@ fn bench_at(c: &mut Criterion, n: u64, label: &str) {
         ("hit", &hits_plain, &hits_window),
         ("miss", &misses, &misses),
     ] {
-        let mut group = c.benchmark_group(format!("windowed/contains_{name}/{label}"));
-        group
-            .sample_size(30)
-            .warm_up_time(Duration::from_millis(500))
-            .measurement_time(Duration::from_secs(2));
+        let mut group = lookup_group(c, format!("windowed/contains_{name}/{label}"));
         let mut i = 0usize;
         group.bench_function("plain", |b| {
             b.iter(|| {
@@ -111,12 +118,8 @@ fn bench_at(c: &mut Criterion, n: u64, label: &str) {
         ("hit", &hits_plain, &hits_window),
         ("miss", &misses, &misses),
     ] {
-        let mut group = c.benchmark_group(format!("windowed/contains_many_{name}/{label}"));
-        group
-            .sample_size(30)
-            .warm_up_time(Duration::from_millis(500))
-            .measurement_time(Duration::from_secs(2))
-            .throughput(Throughput::Elements(BATCH as u64));
+        let mut group = lookup_group(c, format!("windowed/contains_many_{name}/{label}"));
+        group.throughput(Throughput::Elements(BATCH as u64));
         let batches = (1 << 20) / BATCH;
         let mut i = 0usize;
         group.bench_function("plain", |b| {
