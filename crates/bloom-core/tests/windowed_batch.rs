@@ -82,6 +82,22 @@ fn must_find(
     }
 }
 
+/// Every one of `keys` that `inside` says must be found was answered `true`.
+fn every_key_inside_found(
+    keys: &[u64],
+    answers: &[bool],
+    inside: impl Fn(u64) -> bool,
+) -> Result<(), TestCaseError> {
+    for (key, found) in keys.iter().zip(answers) {
+        prop_assert!(
+            *found || !inside(*key),
+            "key {} inside the window missed",
+            key
+        );
+    }
+    Ok(())
+}
+
 /// Runs `ops` on a fresh filter; at each batch, checks its answers against `contains` and the
 /// window's rule. Returns a failure message, if any.
 fn run(timed: bool, generations: u32, ops: &[Op]) -> Result<(), TestCaseError> {
@@ -111,13 +127,7 @@ fn run(timed: bool, generations: u32, ops: &[Op]) -> Result<(), TestCaseError> {
                 prop_assert_eq!(&batch, &one_by_one, "keys {:?}", keys);
                 prop_assert_eq!(&f.contains_many(keys), &one_by_one);
                 let inside = must_find(timed, &last_insert, now, inserts);
-                for (key, found) in keys.iter().zip(&batch) {
-                    prop_assert!(
-                        *found || !inside(*key),
-                        "key {} inside the window missed",
-                        key
-                    );
-                }
+                every_key_inside_found(keys, &batch, inside)?;
             }
         }
     }
@@ -169,14 +179,7 @@ fn rotate_during_batch(
     });
     prop_assert_eq!(answers.len(), keys.len());
     let inside = must_find(timed, &last_insert, now, inserts);
-    for (key, found) in keys.iter().zip(&answers) {
-        prop_assert!(
-            *found || !inside(*key),
-            "key {} inside the window after the rotation was missed",
-            key
-        );
-    }
-    Ok(())
+    every_key_inside_found(&keys, &answers, inside)
 }
 
 proptest! {
