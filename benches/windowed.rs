@@ -2,8 +2,9 @@
 //! anchor) holding the window's keys at the same rate, measured in the same run: lookups of
 //! keys inside the window (hit) and of keys never inserted (miss), with every generation of
 //! the window filled, at p = 1 %, `N` = 4 (the default) and 8 generations, in the default
-//! layout (SplitBlock), n = 1M keys per window; with `BIG=1` also n = 50M (about 330 MB and a
-//! minute to fill).
+//! layout (SplitBlock), each ring interleaved (the default at these sizes: `windowed-N4`) and
+//! separate (`windowed-N4-separate`), n = 1M keys per window; with `BIG=1` also n = 50M (about
+//! 650 MB and two minutes to fill).
 //!
 //! The windowed filter is a count window of `n` inserts, fed `3n` keys (every generation
 //! full, three rotations done); hits are among the last `n` keys. The plain filter holds `n`
@@ -19,7 +20,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use bloom_core::BloomFilter;
-use bloom_core::windowed::{Window, WindowedFilter};
+use bloom_core::windowed::{RingLayout, Window, WindowedFilter};
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
 
@@ -43,6 +44,9 @@ fn shuffled(base: u64, range: u64, count: usize) -> Vec<u64> {
 
 fn bench(c: &mut Criterion) {
     let mut sizes = vec![(1_000_000u64, "1M")];
+    if std::env::var_os("SMALL").is_some() {
+        sizes = vec![(20_000u64, "20k")];
+    }
     if std::env::var_os("BIG").is_some() {
         sizes.push((50_000_000, "50M"));
     }
@@ -66,19 +70,25 @@ fn bench_at(c: &mut Criterion, n: u64, label: &str) {
     for key in 0..n {
         plain.insert(&key);
     }
-    let windowed: Vec<(u32, WindowedFilter)> = [4u32, 8]
+    let windowed: Vec<(String, WindowedFilter)> = [4u32, 8]
         .into_iter()
-        .map(|g| {
+        .flat_map(|g| [(g, RingLayout::Interleaved), (g, RingLayout::Separate)])
+        .map(|(g, ring)| {
             let f = WindowedFilter::builder(Window::Count(n))
                 .expected_items(n)
                 .false_positive_rate(P)
                 .generations(g)
+                .ring_layout(ring)
                 .build()
                 .unwrap();
             for key in 0..3 * n {
                 f.insert(&key);
             }
-            (g, f)
+            let name = match ring {
+                RingLayout::Interleaved => format!("windowed-N{g}"),
+                RingLayout::Separate => format!("windowed-N{g}-separate"),
+            };
+            (name, f)
         })
         .collect();
     eprintln!(
@@ -86,7 +96,7 @@ fn bench_at(c: &mut Criterion, n: u64, label: &str) {
         plain.size_in_bytes() as f64 * 8.0 / n as f64,
         windowed[0].1.layout(),
         windowed[0].1.size_in_bytes() as f64 * 8.0 / n as f64,
-        windowed[1].1.size_in_bytes() as f64 * 8.0 / n as f64,
+        windowed[2].1.size_in_bytes() as f64 * 8.0 / n as f64,
     );
     let hits_plain = shuffled(0, n, 1 << 20);
     let hits_window = shuffled(2 * n, n, 1 << 20);
@@ -103,9 +113,9 @@ fn bench_at(c: &mut Criterion, n: u64, label: &str) {
                 black_box(plain.contains(&keys_plain[i]))
             })
         });
-        for (g, f) in &windowed {
+        for (name, f) in &windowed {
             let mut i = 0usize;
-            group.bench_function(format!("windowed-N{g}"), |b| {
+            group.bench_function(name.as_str(), |b| {
                 b.iter(|| {
                     i = (i + 1) & ((1 << 20) - 1);
                     black_box(f.contains(&keys_window[i]))
@@ -130,9 +140,9 @@ fn bench_at(c: &mut Criterion, n: u64, label: &str) {
                 )
             })
         });
-        for (g, f) in &windowed {
+        for (name, f) in &windowed {
             let mut i = 0usize;
-            group.bench_function(format!("windowed-N{g}"), |b| {
+            group.bench_function(name.as_str(), |b| {
                 b.iter(|| {
                     i = (i + 1) % batches;
                     black_box(

@@ -80,6 +80,12 @@ impl BitVector {
         self.load((bit >> 6) as usize) & (1u64 << (bit & 63)) != 0
     }
 
+    /// Lines `first..first + len`.
+    #[inline(always)]
+    pub(crate) fn blocks(&self, first: usize, len: usize) -> &[Line] {
+        &self.lines[first..first + len]
+    }
+
     /// The eight words of 512-bit block `block`, one cache line (in-block indexing by
     /// `bit >> 6 < 8` needs no bounds check).
     #[inline(always)]
@@ -99,6 +105,16 @@ impl BitVector {
     pub(crate) fn clear(&self) {
         for w in self.lines.iter().flat_map(|l| &l.0) {
             w.store(0, Relaxed);
+        }
+    }
+
+    /// Clears every `stride`-th line from line `first` on: one generation of an interleaved
+    /// ring (`windowed/ring.rs`).
+    pub(crate) fn clear_lines(&self, first: usize, stride: usize) {
+        for line in self.lines.iter().skip(first).step_by(stride) {
+            for w in &line.0 {
+                w.store(0, Relaxed);
+            }
         }
     }
 

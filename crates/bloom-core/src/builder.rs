@@ -82,6 +82,10 @@ pub enum BuildError {
         "both .bits(m) and .false_positive_rate(p) given: size the filter one way or the other"
     )]
     ConflictingSize,
+    /// A windowed filter asked for [`RingLayout::Interleaved`](crate::windowed::RingLayout)
+    /// with the Classic layout, which has no lines to interleave.
+    #[error("an interleaved ring needs a layout with lines (SplitBlock or Blocked), not Classic")]
+    InterleavedClassic,
     /// A scalable filter's growth factor below 1 (or not finite).
     #[error("growth factor must be at least 1 (2 doubles each stage), got {0}")]
     InvalidGrowthFactor(f64),

@@ -28,7 +28,9 @@ use std::io::{self, Read};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bloom_core::windowed::{GenerationFile, ManualClock, Window, WindowedFilter};
+use bloom_core::windowed::{
+    GenerationFile, INTERLEAVE_FROM_BYTES, ManualClock, RingLayout, Window, WindowedFilter,
+};
 use bloom_core::{
     AnyFilter, BloomFilter, CountingBloomFilter, CuckooFilter, DecodeError, Layout, MAGIC,
     ScalableBloomFilter, Snapshot, SnapshotLabel,
@@ -463,6 +465,102 @@ fn a_ring_of_empty_generations_sized_huge_loads_without_allocating_them() {
     for per_generation in [1_000_000_000_000u64, u64::MAX / 63, u64::MAX] {
         assert_refused_every_way(&empty_ring(per_generation, COUNT), &per_generation);
     }
+}
+
+/// A ring large enough to be interleaved (`windowed/ring.rs`) is allocated whole when read,
+/// so a reader interleaves it only when the file stores at least half its generations; with
+/// fewer it stays separate. Either way every reader, on the file and on the manifest and its
+/// generation files, stays within the bound, and every key is found.
+#[test]
+fn an_interleaved_ring_is_read_only_when_half_its_generations_are_stored() {
+    for generations in [4u32, 8, 64] {
+        let ring = generations as usize + 1;
+        for stored in [1, ring.div_ceil(2) - 1, ring.div_ceil(2), ring - 1] {
+            let (bytes, files, keys) = ring_storing(generations, stored);
+            let outcomes = read_every_way(&bytes, &[]);
+            let outcomes_split = read_every_way(&split_manifest(&bytes, &files), &files);
+            let interleaved = 2 * stored >= ring;
+            let mut loaded = 0;
+            for o in outcomes.iter().chain(&outcomes_split) {
+                // The readers on the system clock see every epoch long expired (and drop
+                // them unread); those on the file's clock see every one of them.
+                let Some(w) = o.loaded.as_ref().and_then(AnyFilter::as_windowed) else {
+                    continue;
+                };
+                if !o.reader.ends_with("_with_clock") {
+                    continue;
+                }
+                loaded += 1;
+                let expected = if interleaved {
+                    RingLayout::Interleaved
+                } else {
+                    RingLayout::Separate
+                };
+                assert_eq!(
+                    w.ring_layout(),
+                    expected,
+                    "N = {generations}, {stored} stored: {}",
+                    o.reader
+                );
+                assert!(keys.iter().all(|k| w.contains(k)), "{}", o.reader);
+            }
+            assert!(
+                loaded >= 2,
+                "N = {generations}, {stored} stored: {loaded} loaded"
+            );
+        }
+    }
+}
+
+/// Generation files and their bytes, for a manifest's reader.
+type GenerationFiles = Vec<(GenerationFile, Vec<u8>)>;
+
+/// A time window of `generations`, sized so that its ring takes more than
+/// [`INTERLEAVE_FROM_BYTES`], with a key in each of its last `stored` epochs (the newest at
+/// [`NOW`]): its file, its generation files (for a manifest) and its keys.
+fn ring_storing(generations: u32, stored: usize) -> (Vec<u8>, GenerationFiles, Vec<String>) {
+    let period = 60_000u64;
+    let clock = Arc::new(ManualClock::new(NOW - (stored as u64 - 1) * period));
+    let f = WindowedFilter::builder(Window::Time(Duration::from_millis(
+        period * u64::from(generations - 1),
+    )))
+    .expected_items(600_000)
+    .false_positive_rate(0.01)
+    .generations(generations)
+    .ring_layout(RingLayout::Separate)
+    .clock(clock.clone())
+    .seed(7)
+    .build()
+    .unwrap();
+    assert!(f.size_in_bytes() >= INTERLEAVE_FROM_BYTES);
+    let mut keys = Vec::new();
+    for i in 0..stored {
+        if i > 0 {
+            clock.advance(Duration::from_millis(period));
+        }
+        keys.push(format!("key {i}"));
+        f.insert(&keys[i]);
+    }
+    assert_eq!(f.epochs_with_keys().len(), stored);
+    let files = f
+        .epochs_with_keys()
+        .into_iter()
+        .map(|e| {
+            let mut bytes = Vec::new();
+            (f.write_generation_to(e, &mut bytes).unwrap(), bytes)
+        })
+        .collect();
+    (f.to_bytes(), files, keys)
+}
+
+/// The manifest of the filter in `bytes` naming `files`.
+fn split_manifest(bytes: &[u8], files: &[(GenerationFile, Vec<u8>)]) -> Vec<u8> {
+    let f = WindowedFilter::read_from_with_clock(&mut &bytes[..], Arc::new(ManualClock::new(NOW)))
+        .unwrap();
+    let named: Vec<GenerationFile> = files.iter().map(|(g, _)| *g).collect();
+    let mut manifest = Vec::new();
+    f.write_split_to(&mut manifest, &named).unwrap();
+    manifest
 }
 
 /// Generations stored with a length that matches huge settings but with bytes that end

@@ -9,15 +9,31 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bloom_core::windowed::{GenerationFile, ManualClock, SystemClock, Window, WindowedFilter};
+use bloom_core::windowed::{
+    GenerationFile, ManualClock, RingLayout, SystemClock, Window, WindowedFilter,
+};
 use bloom_core::{AnyFilter, BloomFilter, DecodeError, Layout};
 
 const NON_MEMBER: u64 = 1 << 63;
 
+/// Both ring layouts: every property here holds for each (`windowed/ring.rs`).
+const RING_LAYOUTS: [RingLayout; 2] = [RingLayout::Separate, RingLayout::Interleaved];
+
 fn by_time(window: Duration, n: u64, p: f64, clock: &Arc<ManualClock>) -> WindowedFilter {
+    by_time_in(window, n, p, clock, RingLayout::Separate)
+}
+
+fn by_time_in(
+    window: Duration,
+    n: u64,
+    p: f64,
+    clock: &Arc<ManualClock>,
+    ring: RingLayout,
+) -> WindowedFilter {
     WindowedFilter::builder(Window::Time(window))
         .expected_items(n)
         .false_positive_rate(p)
+        .ring_layout(ring)
         .clock(clock.clone())
         .seed(0x5EED)
         .build()
@@ -28,9 +44,15 @@ fn by_time(window: Duration, n: u64, p: f64, clock: &Arc<ManualClock>) -> Window
 /// the injected clock; the same by count.
 #[test]
 fn a_key_is_found_for_the_window_and_gone_after_one_more_period() {
+    for ring in RING_LAYOUTS {
+        found_for_the_window_and_gone_after_one_more_period(ring);
+    }
+}
+
+fn found_for_the_window_and_gone_after_one_more_period(ring: RingLayout) {
     let day = Duration::from_secs(86_400);
     let clock = Arc::new(ManualClock::new(1_700_000_000_000));
-    let f = by_time(day, 10_000, 0.001, &clock);
+    let f = by_time_in(day, 10_000, 0.001, &clock, ring);
     let keys: Vec<u64> = (0..1_000).collect();
     for key in &keys {
         f.insert(key);
@@ -50,6 +72,7 @@ fn a_key_is_found_for_the_window_and_gone_after_one_more_period() {
     let f = WindowedFilter::builder(Window::Count(3_000))
         .expected_items(3_000)
         .false_positive_rate(0.001)
+        .ring_layout(ring)
         .seed(1)
         .build()
         .unwrap();
@@ -73,11 +96,17 @@ fn a_key_is_found_for_the_window_and_gone_after_one_more_period() {
 fn the_false_positive_rate_stays_at_p_over_a_hundred_rotations() {
     const N: u64 = 20_000;
     const PROBES: u64 = 100_000;
-    for (generations, p) in [(4u32, 0.01), (8, 0.01), (4, 0.001)] {
+    let configs = [(4u32, 0.01), (8, 0.01), (4, 0.001)];
+    let runs = configs
+        .map(|c| (c, RingLayout::Separate))
+        .into_iter()
+        .chain([((4, 0.01), RingLayout::Interleaved)]);
+    for ((generations, p), ring) in runs {
         let f = WindowedFilter::builder(Window::Count(N))
             .expected_items(N)
             .false_positive_rate(p)
             .generations(generations)
+            .ring_layout(ring)
             .seed(u128::from(generations))
             .build()
             .unwrap();
@@ -92,7 +121,7 @@ fn the_false_positive_rate_stays_at_p_over_a_hundred_rotations() {
             let measured = wrong as f64 / PROBES as f64;
             assert!(
                 measured <= p + 4.0 * sigma,
-                "N = {generations}, p = {p}, window {window}: measured {measured}"
+                "N = {generations}, p = {p}, {ring:?}, window {window}: measured {measured}"
             );
             worst = worst.max(measured);
             sum += measured;
@@ -102,6 +131,9 @@ fn the_false_positive_rate_stays_at_p_over_a_hundred_rotations() {
             "N = {generations}, p = {p}: the mean of 100 windows is {}",
             sum / 100.0
         );
+        if ring == RingLayout::Interleaved {
+            continue; // the same bits: the table's row is the separate ring's
+        }
         let plain = BloomFilter::new(N, p).unwrap();
         println!(
             "| {generations} | {p} | {:.2} | {:.2} | {:.5} | {worst:.5} | {:.5} |",
@@ -121,14 +153,21 @@ fn the_false_positive_rate_stays_at_p_over_a_hundred_rotations() {
 /// "absent".
 #[test]
 fn no_false_negative_inside_the_window_while_the_clock_turns() {
+    for ring in RING_LAYOUTS {
+        no_false_negative_while_the_clock_turns(ring);
+    }
+}
+
+fn no_false_negative_while_the_clock_turns(ring: RingLayout) {
     const WINDOW_MS: u64 = 3_000; // N = 4: T = 1 s
     const KEYS: usize = 200_000;
     let clock = Arc::new(ManualClock::new(0));
-    let f = Arc::new(by_time(
+    let f = Arc::new(by_time_in(
         Duration::from_millis(WINDOW_MS),
         50_000,
         0.01,
         &clock,
+        ring,
     ));
     // Per key: 0 until inserted, then 1 + the clock read before its insert.
     let inserted: Arc<Vec<AtomicU64>> = Arc::new((0..KEYS).map(|_| AtomicU64::new(0)).collect());
@@ -206,7 +245,7 @@ fn no_false_negative_inside_the_window_while_the_clock_turns() {
         missed += m;
     }
     println!(
-        "clock turned through {} rotations in {:.1} s: {checked} lookups of keys inside the window, {missed} false negatives",
+        "{ring:?}: clock turned through {} rotations in {:.1} s: {checked} lookups of keys inside the window, {missed} false negatives",
         f.epoch(),
         started.elapsed().as_secs_f64()
     );
@@ -532,10 +571,17 @@ fn a_saved_filter_loaded_later_keeps_the_window() {
 /// as one `seen_or_insert` per key in order, across rotations of a count window.
 #[test]
 fn the_batch_path_is_one_seen_or_insert_per_key() {
+    for ring in RING_LAYOUTS {
+        batch_path_is_one_seen_or_insert_per_key(ring);
+    }
+}
+
+fn batch_path_is_one_seen_or_insert_per_key(ring: RingLayout) {
     let build = || {
         WindowedFilter::builder(Window::Count(3_000))
             .expected_items(3_000)
             .false_positive_rate(0.01)
+            .ring_layout(ring)
             .seed(9)
             .build()
             .unwrap()

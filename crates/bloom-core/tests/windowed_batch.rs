@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bloom_core::windowed::{ManualClock, Window, WindowedFilter};
+use bloom_core::windowed::{ManualClock, RingLayout, Window, WindowedFilter};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
@@ -40,6 +40,11 @@ enum Op {
     Batch(Vec<u64>),
 }
 
+/// Either ring layout: each answers alike (`windowed/ring.rs`).
+fn ring_layout() -> impl Strategy<Value = RingLayout> {
+    prop_oneof![Just(RingLayout::Separate), Just(RingLayout::Interleaved)]
+}
+
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         6 => (0..KEYS).prop_map(Op::Insert),
@@ -49,9 +54,14 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// A filter of `generations` over the time window (`timed`) or the count window; small, so
-/// that false positives occur and the answers compare them too.
-fn build(timed: bool, generations: u32, clock: &Arc<ManualClock>) -> WindowedFilter {
+/// A filter of `generations` over the time window (`timed`) or the count window, laid out
+/// as `ring`; small, so that false positives occur and the answers compare them too.
+fn build(
+    timed: bool,
+    generations: u32,
+    ring: RingLayout,
+    clock: &Arc<ManualClock>,
+) -> WindowedFilter {
     let window = if timed {
         Window::Time(Duration::from_millis(WINDOW_MS))
     } else {
@@ -61,6 +71,7 @@ fn build(timed: bool, generations: u32, clock: &Arc<ManualClock>) -> WindowedFil
         .expected_items(40)
         .false_positive_rate(0.05)
         .generations(generations)
+        .ring_layout(ring)
         .clock(clock.clone())
         .seed(0xBA7C)
         .build()
@@ -100,9 +111,9 @@ fn every_key_inside_found(
 
 /// Runs `ops` on a fresh filter; at each batch, checks its answers against `contains` and the
 /// window's rule. Returns a failure message, if any.
-fn run(timed: bool, generations: u32, ops: &[Op]) -> Result<(), TestCaseError> {
+fn run(timed: bool, generations: u32, ring: RingLayout, ops: &[Op]) -> Result<(), TestCaseError> {
     let clock = Arc::new(ManualClock::new(START_MS));
-    let f = build(timed, generations, &clock);
+    let f = build(timed, generations, ring, &clock);
     // key → the time (ms) or the sequence number of its last insert.
     let mut last_insert = HashMap::new();
     let mut now = START_MS;
@@ -141,12 +152,13 @@ fn run(timed: bool, generations: u32, ops: &[Op]) -> Result<(), TestCaseError> {
 fn rotate_during_batch(
     timed: bool,
     generations: u32,
+    ring: RingLayout,
     spread_ms: u64,
     at: usize,
     advance: u64,
 ) -> Result<(), TestCaseError> {
     let clock = Arc::new(ManualClock::new(START_MS));
-    let f = build(timed, generations, &clock);
+    let f = build(timed, generations, ring, &clock);
     let mut last_insert = HashMap::new();
     let mut now = START_MS;
     let mut inserts = 0u64;
@@ -188,14 +200,22 @@ proptest! {
     /// A time window on a manual clock: the batch's answers are `contains`'s, in order, with
     /// the clock inside the stored epoch, past it (no insert since), and whole windows on.
     #[test]
-    fn a_batch_answers_as_contains_does_time(generations in 2u32..=8, ops in vec(op(), 0..300)) {
-        run(true, generations, &ops)?;
+    fn a_batch_answers_as_contains_does_time(
+        generations in 2u32..=8,
+        ring in ring_layout(),
+        ops in vec(op(), 0..300),
+    ) {
+        run(true, generations, ring, &ops)?;
     }
 
     /// A count window: the same, the inserts being the clock.
     #[test]
-    fn a_batch_answers_as_contains_does_count(generations in 2u32..=8, ops in vec(op(), 0..300)) {
-        run(false, generations, &ops)?;
+    fn a_batch_answers_as_contains_does_count(
+        generations in 2u32..=8,
+        ring in ring_layout(),
+        ops in vec(op(), 0..300),
+    ) {
+        run(false, generations, ring, &ops)?;
     }
 
     /// A rotation in the middle of a batch (after `at` answers; the prefetch window is 16
@@ -205,11 +225,12 @@ proptest! {
     fn keys_that_stay_in_the_window_are_found_across_a_rotation(
         timed in any::<bool>(),
         generations in 2u32..=8,
+        ring in ring_layout(),
         spread_ms in 0u64..60,
         at in 1usize..=96,
         advance in 1u64..1_200,
     ) {
-        rotate_during_batch(timed, generations, spread_ms, at, advance)?;
+        rotate_during_batch(timed, generations, ring, spread_ms, at, advance)?;
     }
 }
 
@@ -218,7 +239,7 @@ proptest! {
 #[test]
 fn edges_of_the_window() {
     let clock = Arc::new(ManualClock::new(START_MS));
-    let f = build(true, 4, &clock);
+    let f = build(true, 4, RingLayout::Separate, &clock);
     assert_eq!(f.contains_many([1u64, 2]), [false, false]);
     let mut none = 0;
     f.contains_many_with(Vec::<u64>::new(), |_| none += 1);

@@ -26,7 +26,8 @@ use super::windowed_split::GenerationFile;
 use super::{DecodeError, read_up_to};
 use crate::builder::Parts as Parts0;
 use crate::windowed::{
-    Clock, MAX_GENERATIONS, MIN_GENERATIONS, Parts, SystemClock, Window, generation_rate,
+    Clock, MAX_GENERATIONS, MIN_GENERATIONS, Parts, RingLayout, SystemClock, Window,
+    generation_rate,
 };
 use crate::{BloomFilter, Layout, WindowedFilter};
 
@@ -179,12 +180,21 @@ impl WindowedHeader {
             fpr: self.fpr,
             clock,
         };
+        // Interleaved only where the ring is at most twice the bits stored (the reader's
+        // bound: `windowed/ring.rs`).
+        let stored = generations.iter().flatten().count();
+        let ring_bytes = generations.len() * template.slots.div_ceil(64) as usize * 8;
+        let ring_layout = match RingLayout::default_for(template.layout, ring_bytes) {
+            RingLayout::Interleaved if 2 * stored >= generations.len() => RingLayout::Interleaved,
+            _ => RingLayout::Separate,
+        };
         Ok(WindowedFilter::from_parts(
             parts,
             template,
             generations,
             Some(state),
             Some(written),
+            ring_layout,
         ))
     }
 }
@@ -228,9 +238,9 @@ impl WindowedFilter {
                 out.put(&0u64.to_le_bytes())?;
                 continue;
             };
-            out.put(&super::words::encoded_len(generation).to_le_bytes())?;
+            out.put(&super::words::encoded_len(&*generation).to_le_bytes())?;
             // Checksummed by its own trailer.
-            super::words::write_to(generation, out.unsummed())?;
+            super::words::write_to(&*generation, out.unsummed())?;
         }
         out.finish()
     }

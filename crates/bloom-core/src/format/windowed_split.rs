@@ -101,7 +101,7 @@ impl WindowedFilter {
         (0..ring)
             .filter_map(|back| {
                 let e = epoch.checked_sub(back)?;
-                self.ring_written((e % ring) as usize).map(|_| e)
+                self.ring_has_keys((e % ring) as usize).then_some(e)
             })
             .collect()
     }
@@ -140,7 +140,7 @@ impl WindowedFilter {
                 )
             })?;
         let mut tail = Tail::new(w);
-        super::words::write_to(generation, &mut tail)?;
+        super::words::write_to(&*generation, &mut tail)?;
         Ok(GenerationFile {
             epoch,
             checksum: u32::from_le_bytes(tail.last),
@@ -193,7 +193,7 @@ impl WindowedFilter {
                     format!("no file given for epoch {epoch}'s generation"),
                 )
             })?;
-            out.put(&super::words::encoded_len(generation).to_le_bytes())?;
+            out.put(&super::words::encoded_len(&*generation).to_le_bytes())?;
             out.put(&file.checksum.to_le_bytes())?;
         }
         out.finish()

@@ -1,21 +1,26 @@
 //! [`WindowedFilter::contains_many_with`] and [`WindowedFilter::contains_many`]: many
 //! lookups under one read of the stored epoch and the clock.
 
+use crate::Key;
 use crate::filter::{pipelined, pipelined_map};
-use crate::{BloomFilter, Key};
+use crate::hasher::KeyHash;
 
 use super::builder::MAX_GENERATIONS;
 use super::filter::WindowedFilter;
+use super::ring::RingLayout;
 
-/// The generations a batch reads, newest first: at most `N` ≤ [`MAX_GENERATIONS`].
-struct Reads<'a> {
-    generations: [Option<&'a BloomFilter>; MAX_GENERATIONS as usize],
+/// The ring indices of the generations a batch reads, newest first: at most `N` ≤
+/// [`MAX_GENERATIONS`].
+struct Reads {
+    slots: [usize; MAX_GENERATIONS as usize],
     len: usize,
+    /// The epochs `(oldest, newest)` they are in.
+    range: (u64, u64),
 }
 
-impl<'a> Reads<'a> {
-    fn iter(&self) -> impl Iterator<Item = &'a BloomFilter> + '_ {
-        self.generations[..self.len].iter().flatten().copied()
+impl Reads {
+    fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        self.slots[..self.len].iter().copied()
     }
 }
 
@@ -25,7 +30,7 @@ impl WindowedFilter {
     /// The stored epoch and, for a time window, the clock are read once, at the start: the
     /// batch is one lookup at that instant. Every generation has the same size, hash key and
     /// layout, so a key is hashed once and its line in each generation read prefetched a
-    /// window ahead (as [`BloomFilter::contains_many`] does).
+    /// window ahead (as [`BloomFilter::contains_many`](crate::BloomFilter::contains_many) does).
     ///
     /// Rule, as for `contains`: a key whose insert returned before the call, within the
     /// window by the clock read at the start, is found (the range of generations is bounded
@@ -63,11 +68,11 @@ impl WindowedFilter {
             keys,
             |h| {
                 // The key's line is at the same place in every generation.
-                for g in reads.iter() {
-                    g.prefetch(h);
+                for slot in reads.iter() {
+                    self.prefetch_into(slot, h);
                 }
             },
-            |h| found(self.any_holds(h, reads.iter())),
+            |h| found(self.batch_holds(&reads, h)),
         );
     }
 
@@ -93,11 +98,11 @@ impl WindowedFilter {
                 self.hasher(),
                 keys,
                 |h| {
-                    for g in reads.iter() {
-                        g.prefetch(h);
+                    for slot in reads.iter() {
+                        self.prefetch_into(slot, h);
                     }
                 },
-                |h| self.any_holds(h, reads.iter()),
+                |h| self.batch_holds(&reads, h),
             ),
             None => keys.into_iter().map(|_| false).collect(),
         }
@@ -106,16 +111,28 @@ impl WindowedFilter {
     /// The generations a lookup starting now reads, newest first (`contains`'s range, from
     /// `lookup_range`, read once, and its `written` marks: an acquire load, which sees the
     /// mark of every insert that returned before); `None` if none of them holds a key.
-    fn batch_reads(&self) -> Option<Reads<'_>> {
+    fn batch_reads(&self) -> Option<Reads> {
         let (oldest, newest) = self.lookup_range();
         let mut reads = Reads {
-            generations: [None; MAX_GENERATIONS as usize],
+            slots: [0; MAX_GENERATIONS as usize],
             len: 0,
+            range: (oldest, newest),
         };
-        for g in self.in_range(oldest, newest) {
-            reads.generations[reads.len] = Some(g);
+        for slot in self.in_range(oldest, newest) {
+            reads.slots[reads.len] = slot;
             reads.len += 1;
         }
         (reads.len > 0).then_some(reads)
+    }
+
+    /// Whether a generation `reads` names holds the key hashed to `h`: an interleaved ring
+    /// tests the key's run over the batch's range (its generations not written are zero
+    /// lines: `WindowedFilter::run_holds`), separate ones the generations named.
+    #[inline(always)]
+    fn batch_holds(&self, reads: &Reads, h: KeyHash) -> bool {
+        match self.ring_layout() {
+            RingLayout::Interleaved => self.holds_in_range(h, reads.range.0, reads.range.1),
+            RingLayout::Separate => self.any_holds(h, reads.iter()),
+        }
     }
 }

@@ -1,8 +1,9 @@
 //! [`WindowedFilter`]: the ring of generations, which one a key goes to and which ones a
 //! lookup reads, and the rotation.
 
+use std::borrow::Cow;
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use crate::bit_vector::Line;
 use crate::builder::Parts as Shape;
@@ -15,6 +16,7 @@ use crate::{BloomFilter, Key, Layout};
 
 use super::builder::{Window, WindowedBuilder, generation_rate};
 use super::clock::Clock;
+use super::ring::{Generations, RingIndex, RingLayout};
 
 /// What a windowed filter was built with.
 #[derive(Clone)]
@@ -39,7 +41,9 @@ pub(crate) struct Parts {
 /// the insert that crosses into a new period clears the spare (one `memset` of a
 /// generation) while lookups go on. A generation is allocated when a key first goes into
 /// it (the inserts into it meanwhile wait for that; lookups never do): a filter new or
-/// loaded from a file holds only the generations that took keys.
+/// loaded from a file holds only the generations that took keys; a large ring is
+/// interleaved (a key's lines side by side, the ring allocated whole at its first key:
+/// [`RingLayout`]).
 ///
 /// ```
 /// use bloom_core::windowed::{Window, WindowedFilter};
@@ -58,16 +62,17 @@ pub(crate) struct Parts {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct WindowedFilter {
-    /// `N + 1` generations; epoch `e`'s keys are in `generations[e mod (N + 1)]`. Rule: a
-    /// generation is allocated when a key first goes into it, never before, so a file's
+    /// `N + 1` generations; epoch `e`'s keys are in ring index `e mod (N + 1)`. Rule: a
+    /// generation (an interleaved ring: the ring) is allocated when a key first goes into it,
+    /// never before, so a file's
     /// generations stored empty cost nothing to read (`tests/crafted_files.rs`
     /// `a_ring_of_empty_generations_sized_huge_loads_without_allocating_them`), and once
     /// allocated it stays (a rotation clears it). An empty cell answers as an empty
     /// generation of `shape`. (`OnceLock` is std's under loom too: the allocation happens
     /// before the `written` mark, which loom models.)
-    generations: Box<[OnceLock<BloomFilter>]>,
+    pub(super) generations: Generations,
     /// What every generation is: its m, k, layout, hash key, capacity and rate.
-    shape: Shape,
+    pub(super) shape: Shape,
     /// The newest epoch: inserts go to its generation. Only [`advance_to`](Self::advance_to)
     /// raises it, under `rotation`.
     epoch: AtomicU64,
@@ -81,9 +86,11 @@ pub struct WindowedFilter {
     rotation: Mutex<()>,
     /// How every generation's line is tested (they are all of one size): a lookup finds the
     /// key's line index once and tests that line in each generation with it.
-    probe: Probe,
+    pub(super) probe: Probe,
     /// Lines per generation (Blocked and SplitBlock).
-    num_blocks: u64,
+    pub(super) num_blocks: u64,
+    /// Epoch → ring index, without a division.
+    ring_index: RingIndex,
     parts: Parts,
 }
 
@@ -117,6 +124,7 @@ impl WindowedFilter {
         generations: Vec<Option<BloomFilter>>,
         state: Option<(u64, u64)>,
         written: Option<Vec<bool>>,
+        ring_layout: RingLayout,
     ) -> Self {
         let (epoch, inserts) = state.unwrap_or_else(|| {
             let epoch = match parts.window {
@@ -135,18 +143,17 @@ impl WindowedFilter {
             None => generations.iter().map(|_| AtomicU64::new(0)).collect(),
         };
         let (shape_slots, shape_bytes) = (shape.slots, shape.slots.div_ceil(64) as usize * 8);
+        let ring = generations.len();
         let filter = Self {
             written,
-            generations: generations
-                .into_iter()
-                .map(|g| g.map_or_else(OnceLock::new, OnceLock::from))
-                .collect(),
+            generations: Generations::new(ring_layout, &shape, generations),
             shape,
             epoch: AtomicU64::new(epoch),
             inserts: AtomicU64::new(inserts),
             rotation: Mutex::new(()),
             probe: Probe::for_filter_of(shape_bytes),
             num_blocks: shape_slots / BLOCK_BITS,
+            ring_index: RingIndex::new(ring as u64),
             parts,
         };
         // A file saved a while ago: drop the generations that expired since. Nothing else
@@ -161,15 +168,22 @@ impl WindowedFilter {
         self.generations.len() as u64
     }
 
-    /// Epoch `epoch`'s generation, if it was ever allocated (an empty one otherwise).
-    fn generation(&self, epoch: u64) -> Option<&BloomFilter> {
-        self.generations[(epoch % self.ring()) as usize].get()
+    /// Epoch `epoch`'s ring index.
+    fn slot(&self, epoch: u64) -> usize {
+        self.ring_index.of(epoch)
     }
 
-    /// Epoch `epoch`'s generation, allocated now if it never was: for a key about to go in.
-    fn generation_to_fill(&self, epoch: u64) -> &BloomFilter {
-        self.generations[(epoch % self.ring()) as usize]
-            .get_or_init(|| BloomFilter::from_parts(self.shape.clone(), None))
+    /// Epoch `epoch`'s ring index, its generation allocated now if it never was: for a key
+    /// about to go in.
+    fn slot_to_fill(&self, epoch: u64) -> usize {
+        let slot = self.slot(epoch);
+        self.allocate(slot);
+        slot
+    }
+
+    /// How the generations lie in memory.
+    pub fn ring_layout(&self) -> RingLayout {
+        self.generations.ring_layout()
     }
 
     /// The hash every generation derives a key's bits from.
@@ -180,14 +194,14 @@ impl WindowedFilter {
     /// Whether epoch `epoch`'s generation may hold keys.
     #[inline]
     fn is_written(&self, epoch: u64) -> bool {
-        self.written[(epoch % self.ring()) as usize].load(Ordering::Acquire) != 0
+        self.written[self.ring_index.of(epoch)].load(Ordering::Acquire) != 0
     }
 
     /// Marks epoch `epoch`'s generation as holding keys, before a key goes in: a lookup that
     /// starts after the insert returned sees the mark.
     #[inline]
     fn mark_written(&self, epoch: u64) {
-        let mark = &self.written[(epoch % self.ring()) as usize];
+        let mark = &self.written[self.ring_index.of(epoch)];
         if mark.load(Ordering::Relaxed) == 0 {
             mark.store(1, Ordering::Release);
         }
@@ -219,9 +233,9 @@ impl WindowedFilter {
                 // A key `W` inserts old or more may land in a recycled generation: a false
                 // positive at worst, never a lost key.
                 let epoch = self.tick();
-                let generation = self.generation_to_fill(epoch);
+                let slot = self.slot_to_fill(epoch);
                 self.mark_written(epoch);
-                generation.insert(key)
+                self.insert_into(slot, self.hasher().hash(key))
             }
             Window::Time(_) => loop {
                 let now = self.clock_epoch();
@@ -229,9 +243,9 @@ impl WindowedFilter {
                     self.advance_to(now);
                 }
                 let epoch = self.epoch.load(Ordering::SeqCst);
-                let generation = self.generation_to_fill(epoch);
+                let slot = self.slot_to_fill(epoch);
                 self.mark_written(epoch);
-                let added = generation.insert(key);
+                let added = self.insert_into(slot, self.hasher().hash(key));
                 // Orders the insert's bits before the re-reads: if a rotation began before
                 // them, they see it (see the module docs).
                 fence(Ordering::SeqCst);
@@ -259,7 +273,58 @@ impl WindowedFilter {
         let (oldest, newest) = self.lookup_range();
         // Every generation has the same size, layout and hash key: one hash serves them all.
         let h = self.hasher().hash(key);
-        self.any_holds(h, self.in_range(oldest, newest))
+        self.holds_in_range(h, oldest, newest)
+    }
+
+    /// Whether a generation of epochs `oldest..=newest` holds the key hashed to `h`: the tail
+    /// of `contains` and of the batches. An interleaved ring tests the key's run of lines
+    /// directly ([`run_holds`](Self::run_holds)); separate generations, those written
+    /// ([`in_range`](Self::in_range), [`any_holds`](Self::any_holds)).
+    #[inline(always)]
+    pub(super) fn holds_in_range(&self, h: KeyHash, oldest: u64, newest: u64) -> bool {
+        match &self.generations {
+            Generations::Interleaved { lines, ring } if self.shape.layout != Layout::Classic => {
+                lines
+                    .get()
+                    .is_some_and(|all| self.run_holds(all, *ring, h, oldest, newest))
+            }
+            _ => self.any_holds(h, self.in_range(oldest, newest)),
+        }
+    }
+
+    /// [`holds_in_range`](Self::holds_in_range) on an interleaved ring: the key's lines of
+    /// epochs `oldest..=newest` are one run of the `ring` lines at `index · ring` (two, where
+    /// the range wraps around the ring), tested without reading the `written` marks. Rule: in
+    /// an interleaved ring a generation in a lookup's range that took no key since it was
+    /// last cleared is all zero (a rotation clears the spare before it enters any range, a
+    /// reader stores empty generations as zero lines), so it answers "absent" as skipping it
+    /// would (`tests/windowed_ring_layout.rs` `both_layouts_answer_alike_and_write_the_same_file`).
+    #[inline(always)]
+    fn run_holds(
+        &self,
+        all: &crate::bit_vector::BitVector,
+        ring: usize,
+        h: KeyHash,
+        oldest: u64,
+        newest: u64,
+    ) -> bool {
+        if oldest > newest {
+            return false;
+        }
+        let count = (newest - oldest + 1) as usize;
+        let last = self.ring_index.of(newest);
+        let index = reduce(h.h1, self.num_blocks) as usize;
+        let run = all.blocks(index * ring, ring);
+        let test = |lines: &[Line]| match self.shape.layout {
+            Layout::SplitBlock => self.probe.any_contains_split(lines, h.split_word()),
+            _ => self.probe.any_contains(lines, h, self.shape.hashes),
+        };
+        if count <= last + 1 {
+            test(&run[last + 1 - count..=last])
+        } else {
+            // Wrapped: the newest epochs at the run's start, the oldest at its end.
+            test(&run[..=last]) | test(&run[ring - (count - last - 1)..])
+        }
     }
 
     /// The epochs a lookup starting now reads, `(oldest, newest)`: up to the stored epoch
@@ -282,14 +347,10 @@ impl WindowedFilter {
     /// (`Probe::any_contains`: the loads overlap, and which generation holds the key is no
     /// branch to mispredict). Guarded by `tests/windowed.rs` and `tests/windowed_batch.rs`.
     #[inline(always)]
-    pub(super) fn any_holds<'a>(
-        &self,
-        h: KeyHash,
-        generations: impl Iterator<Item = &'a BloomFilter>,
-    ) -> bool {
+    pub(super) fn any_holds(&self, h: KeyHash, slots: impl Iterator<Item = usize>) -> bool {
         if self.shape.layout == Layout::Classic {
-            let mut generations = generations;
-            return generations.any(|g| g.contains_hash(h));
+            let mut slots = slots;
+            return slots.any(|slot| self.generation_holds(slot, h));
         }
         let index = reduce(h.h1, self.num_blocks) as usize;
         let test = |lines: &[Option<&Line>]| {
@@ -302,8 +363,8 @@ impl WindowedFilter {
         let mut batch = [None; 8];
         let mut queued = 0;
         let mut found = false;
-        for generation in generations {
-            batch[queued] = Some(generation.line(index));
+        for slot in slots {
+            batch[queued] = self.line(slot, index);
             queued += 1;
             if queued == batch.len() {
                 found |= test(&batch);
@@ -313,21 +374,17 @@ impl WindowedFilter {
         found | test(&batch[..queued])
     }
 
-    /// The generations of epochs `oldest..=newest` that may hold keys (written since they
-    /// were last cleared, and so allocated), newest first: stepping back around the ring,
-    /// with one division, not one per step.
+    /// The ring indices of the generations of epochs `oldest..=newest` that may hold keys
+    /// (written since they were last cleared, and so allocated), newest first: stepping back
+    /// around the ring, with one division, not one per step.
     #[inline(always)]
-    pub(super) fn in_range(&self, oldest: u64, newest: u64) -> impl Iterator<Item = &BloomFilter> {
+    pub(super) fn in_range(&self, oldest: u64, newest: u64) -> impl Iterator<Item = usize> + '_ {
         let ring = self.generations.len();
-        let mut at = (newest % self.ring()) as usize;
+        let mut at = self.ring_index.of(newest);
         (oldest..=newest).filter_map(move |_| {
             let this = at;
             at = if at == 0 { ring - 1 } else { at - 1 };
-            if self.written[this].load(Ordering::Acquire) != 0 {
-                self.generations[this].get()
-            } else {
-                None
-            }
+            (self.written[this].load(Ordering::Acquire) != 0).then_some(this)
         })
     }
 
@@ -397,8 +454,8 @@ impl WindowedFilter {
         // The generations a lookup reads, newest first, found once per epoch rather than by
         // a division per key and generation.
         // (The generation keys go to is first, read or not; the others only if written.)
-        let reads = |epoch: u64| -> Vec<&BloomFilter> {
-            let newest = self.generation_to_fill(epoch);
+        let reads = |epoch: u64| -> Vec<usize> {
+            let newest = self.slot_to_fill(epoch);
             self.mark_written(epoch);
             let oldest = (epoch + 1).saturating_sub(self.n());
             std::iter::once(newest)
@@ -406,7 +463,7 @@ impl WindowedFilter {
                     (oldest..epoch)
                         .rev()
                         .filter(|&e| self.is_written(e))
-                        .filter_map(|e| self.generation(e)),
+                        .map(|e| self.slot(e)),
                 )
                 .collect()
         };
@@ -422,9 +479,9 @@ impl WindowedFilter {
                 }
             }
             let window = &current.1;
-            let found = window.iter().any(|g| g.contains_hash(h));
+            let found = self.any_holds(h, window.iter().copied());
             if !found {
-                window[0].insert_hash(h);
+                self.insert_into(window[0], h);
                 if timed {
                     inserted.push(h);
                 }
@@ -433,8 +490,8 @@ impl WindowedFilter {
         };
         let prefetch_all = |h| {
             // The key's line is at the same place in every generation.
-            for generation in &prefetch {
-                generation.prefetch(h);
+            for &slot in &prefetch {
+                self.prefetch_into(slot, h);
             }
         };
         crate::filter::pipelined(self.hasher(), keys, prefetch_all, decide);
@@ -447,10 +504,10 @@ impl WindowedFilter {
         if self.epoch.load(Ordering::SeqCst) != batch_epoch || self.clock_epoch() > batch_epoch {
             self.advance_to(self.clock_epoch());
             let epoch = self.epoch.load(Ordering::SeqCst);
-            let newest = self.generation_to_fill(epoch);
+            let newest = self.slot_to_fill(epoch);
             self.mark_written(epoch);
             for &h in &inserted {
-                newest.insert_hash(h);
+                self.insert_into(newest, h);
             }
         }
     }
@@ -474,12 +531,10 @@ impl WindowedFilter {
             // Every generation expired: the spare of `target` too.
             self.epoch.store(target, Ordering::SeqCst);
             fence(Ordering::SeqCst);
-            for (generation, written) in self.generations.iter().zip(&self.written) {
+            for (slot, written) in self.written.iter().enumerate() {
                 if written.swap(0, Ordering::SeqCst) != 0 || clear_unwritten {
                     // Never allocated: no bit to clear.
-                    if let Some(generation) = generation.get() {
-                        generation.clear();
-                    }
+                    self.clear_generation(slot);
                 }
             }
             return;
@@ -491,11 +546,9 @@ impl WindowedFilter {
             fence(Ordering::SeqCst);
             // The new spare: the generation of `epoch − N`, now out of every lookup's window.
             let was_written =
-                self.written[((epoch + 1) % self.ring()) as usize].swap(0, Ordering::SeqCst) != 0;
+                self.written[self.ring_index.of(epoch + 1)].swap(0, Ordering::SeqCst) != 0;
             if was_written || clear_unwritten {
-                if let Some(generation) = self.generation(epoch + 1) {
-                    generation.clear();
-                }
+                self.clear_generation(self.slot(epoch + 1));
             }
         }
     }
@@ -523,6 +576,7 @@ impl WindowedFilter {
             generations,
             None,
             None,
+            self.ring_layout(),
         ))
     }
 
@@ -544,6 +598,7 @@ impl WindowedFilter {
             .false_positive_rate(self.parts.fpr)
             .generations(self.generations())
             .layout(self.layout())
+            .ring_layout(self.ring_layout())
             .clock(self.parts.clock.clone())
     }
 
@@ -614,8 +669,8 @@ impl WindowedFilter {
     }
 
     /// Memory the generations take once each has taken a key, in bytes: `N + 1` times one
-    /// generation's bit array. (A generation is allocated when a key first goes into it:
-    /// until then it takes none of this.)
+    /// generation's bit array. (A generation, or an interleaved ring, is allocated when a key
+    /// first goes into it: until then it takes none of this.)
     pub fn size_in_bytes(&self) -> usize {
         self.generations.len() * self.shape.slots.div_ceil(64) as usize * 8
     }
@@ -631,7 +686,7 @@ impl WindowedFilter {
         // key (its estimate, 0, is left out).
         self.window_generations()
             .flatten()
-            .map(BloomFilter::estimated_items)
+            .map(|g| g.estimated_items())
             .sum::<f64>()
             + 0.0
     }
@@ -656,27 +711,26 @@ impl WindowedFilter {
     pub fn count_ones(&self) -> u64 {
         self.window_generations()
             .flatten()
-            .map(BloomFilter::count_ones)
+            .map(|g| g.count_ones())
             .sum()
     }
 
     /// The fraction of set bits over the generations in the window.
     pub fn fill_ratio(&self) -> f64 {
         let (ones, bits) = self.window_generations().fold((0, 0), |(o, b), g| {
-            (
-                o + g.map_or(0, BloomFilter::count_ones),
-                b + self.shape.slots,
-            )
+            (o + g.map_or(0, |g| g.count_ones()), b + self.shape.slots)
         });
         ones as f64 / bits.max(1) as f64
     }
 
     /// The generations a lookup may now read, newest first (`None`: never allocated, so
-    /// empty).
-    fn window_generations(&self) -> impl Iterator<Item = Option<&BloomFilter>> {
+    /// empty; an interleaved ring's are copies).
+    fn window_generations(&self) -> impl Iterator<Item = Option<Cow<'_, BloomFilter>>> {
         let newest = self.epoch();
         let oldest = (newest + 1).saturating_sub(self.n());
-        (oldest..=newest).rev().map(|e| self.generation(e))
+        (oldest..=newest)
+            .rev()
+            .map(|e| self.generation_at(self.slot(e)))
     }
 
     /// `N + 1`, the generations in the ring, for the file format.
@@ -685,12 +739,18 @@ impl WindowedFilter {
     }
 
     /// The generation at ring index `i` if it may hold keys (the file format stores only
-    /// those): it took a key since it was last cleared.
-    pub(crate) fn ring_written(&self, i: usize) -> Option<&BloomFilter> {
-        if self.written[i].load(Ordering::Acquire) == 0 {
+    /// those): it took a key since it was last cleared. (An interleaved ring's is a copy.)
+    pub(crate) fn ring_written(&self, i: usize) -> Option<Cow<'_, BloomFilter>> {
+        if !self.ring_has_keys(i) {
             return None;
         }
-        self.generations[i].get()
+        self.generation_at(i)
+    }
+
+    /// Whether the generation at ring index `i` may hold keys: it took a key since it was
+    /// last cleared (and so was allocated).
+    pub(crate) fn ring_has_keys(&self, i: usize) -> bool {
+        self.written[i].load(Ordering::Acquire) != 0
     }
 
     pub(crate) fn parts(&self) -> &Parts {

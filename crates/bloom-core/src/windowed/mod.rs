@@ -5,6 +5,7 @@
 //! | file         | holds                                                              |
 //! |--------------|--------------------------------------------------------------------|
 //! | `filter.rs`  | [`WindowedFilter`]: the ring of generations, insert, lookup, rotation |
+//! | `ring.rs`    | [`RingLayout`]: the generations separate or interleaved in memory   |
 //! | `batch.rs`   | [`WindowedFilter::contains_many_with`]: a batch of lookups under one clock read |
 //! | `builder.rs` | [`WindowedBuilder`], [`Window`]: sizing from the window, keys per window and rate |
 //! | `clock.rs`   | [`Clock`], [`SystemClock`], [`ManualClock`]                          |
@@ -34,10 +35,13 @@
 //!   time wait for it, lookups do not. The first insert into a generation never written
 //!   allocates it (other inserts into it wait for that too); a lookup treats a generation
 //!   not allocated as empty.
-//! * **Memory as used.** A generation is allocated when a key first goes into it: a new
-//!   filter, or one read from a file whose later generations are stored empty, holds only
-//!   the generations that took keys, and reading a file costs what its bytes hold
-//!   (docs/FORMAT.md, "What a reader allocates"; `tests/crafted_files.rs`).
+//! * **Memory as used.** A separate ring allocates a generation when a key first goes into
+//!   it: a new filter, or one read from a file whose later generations are stored empty,
+//!   holds only the generations that took keys. An interleaved ring (the default from
+//!   [`INTERLEAVE_FROM_BYTES`] on) is allocated whole at its first key, and a reader
+//!   interleaves only a file storing at least half its generations, so reading a file costs
+//!   what its bytes hold either way (docs/FORMAT.md, "What a reader allocates";
+//!   `tests/crafted_files.rs`).
 //!
 //! # Why
 //!
@@ -89,14 +93,14 @@
 //! 19.4 at N = 8) and a lookup is about a third faster (`benches/windowed.rs`). A `layout`
 //! set on the builder, or a file's, is kept.
 //!
-//! Out of cache, the cost is the `N` lines' loads: scattered over `N` allocations, they cost
-//! `N` cache misses that overlap only in part. A layout holding line `i` of every generation
-//! side by side (one allocation of the ring) would make a key's lines one contiguous run,
-//! fetched as one stream, but the ring would then be allocated whole at its first key: a
-//! file storing one generation would allocate `N + 1` times what its bytes back, beyond the
-//! reader's bound (docs/FORMAT.md, "What a reader allocates"), and a new or sparsely used
-//! filter (one per user) would hold `N + 1` generations where it holds the ones written. The
-//! generations therefore stay separate allocations, each made at its first key.
+//! Out of cache, the cost is the `N` lines' loads. Scattered over `N` allocations
+//! ([`RingLayout::Separate`]) they cost `N` cache misses that overlap only in part; with line
+//! `i` of every generation side by side ([`RingLayout::Interleaved`]) a key's lines are one
+//! contiguous run, fetched as one stream. Interleaving allocates the ring whole at its first
+//! key, so it is the default only for rings of at least [`INTERLEAVE_FROM_BYTES`] (a
+//! many-small-filters user, one per user, keeps memory as used), and a reader picks it only
+//! for a file that stores at least half the ring (`ring.rs` states the rules and names their
+//! tests). Both hold the same bits and write the same files.
 //!
 //! # Memory
 //!
@@ -113,11 +117,13 @@ mod batch;
 mod builder;
 mod clock;
 mod filter;
+mod ring;
 
 pub use crate::format::windowed_split::GenerationFile;
 pub use builder::{MAX_GENERATIONS, MIN_GENERATIONS, Window, WindowedBuilder};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use filter::WindowedFilter;
+pub use ring::{INTERLEAVE_FROM_BYTES, RingLayout};
 
 pub(crate) use builder::generation_rate;
 pub(crate) use filter::Parts;

@@ -1,0 +1,329 @@
+//! Where the ring's generations lie in memory ([`RingLayout`]): one allocation per
+//! generation, or one allocation holding line `i` of every generation side by side.
+//!
+//! # Rules
+//!
+//! * **Same bits, either way.** Generation `g`'s line `i` is the line a plain filter of
+//!   the ring's shape would hold at `i`: a key sets and tests the same bits, a save writes
+//!   the same file (`tests/windowed_ring_layout.rs`
+//!   `both_layouts_answer_alike_and_write_the_same_file`), and either layout reads any
+//!   file.
+//! * **Interleaved: a key's lines are one run.** Line `i` of generation `g` is line
+//!   `i·(N + 1) + g` of one array, so the `N` lines a lookup tests are adjacent: one
+//!   stream of `N·64` bytes, fetched together, where separate generations cost `N` cache
+//!   misses that overlap only in part (`benches/windowed.rs`).
+//! * **Interleaved: allocated whole, at the first key.** So a reader picks it only when
+//!   the file stores at least half the ring's generations (the ring is then at most
+//!   twice the bits the file's bytes back, and the reader's bound `3·L + 256 KiB` of
+//!   `docs/FORMAT.md` holds: `tests/crafted_files.rs`), and a new filter picks it only
+//!   when the ring is at least [`INTERLEAVE_FROM_BYTES`] (per-user filters, far smaller,
+//!   stay separate and hold only the generations written).
+//! * **Clearing a generation is a strided clear** of every `(N + 1)`-th line, each word
+//!   stored 0 one at a time, as a separate generation's `clear` does: a lookup reading
+//!   the other generations' lines meanwhile reads words no clear touches
+//!   (`tests/loom_windowed.rs` models both layouts).
+//! * Classic filters have no lines: they are always separate.
+
+use std::borrow::Cow;
+use std::sync::OnceLock;
+
+use crate::bit_vector::{BitVector, Line};
+use crate::builder::Parts as Shape;
+use crate::hasher::KeyHash;
+use crate::layout::{for_each_in_line, reduce};
+use crate::params::BLOCK_BITS;
+use crate::{BloomFilter, Layout};
+
+use super::filter::WindowedFilter;
+
+/// How a [`WindowedFilter`]'s generations lie in memory. Both answer alike and save the
+/// same file; they differ in speed and in when memory is taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RingLayout {
+    /// One allocation per generation, made when a key first goes into it: memory as used
+    /// (what many small filters, one per user, want). A lookup's `N` lines are in `N`
+    /// allocations.
+    Separate,
+    /// One allocation for the whole ring, made at the first key, with line `i` of every
+    /// generation side by side: a lookup's `N` lines are adjacent, so out of cache it costs
+    /// about one miss, not `N`. Not for the Classic layout.
+    Interleaved,
+}
+
+/// A new filter whose ring (`N + 1` generations) takes at least this many bytes is
+/// [`RingLayout::Interleaved`] unless the builder says otherwise: a ring that outgrows a
+/// core's own cache, where a lookup's `N` misses are what it costs.
+pub const INTERLEAVE_FROM_BYTES: usize = 1 << 20;
+
+impl RingLayout {
+    /// The layout a filter of `layout` whose ring takes `ring_bytes` gets when none is
+    /// asked for.
+    pub(crate) fn default_for(layout: Layout, ring_bytes: usize) -> Self {
+        if layout != Layout::Classic && ring_bytes >= INTERLEAVE_FROM_BYTES {
+            Self::Interleaved
+        } else {
+            Self::Separate
+        }
+    }
+}
+
+/// The generations' storage.
+pub(super) enum Generations {
+    /// Ring index `g`'s generation is `cells[g]`, allocated at its first key.
+    Separate(Box<[OnceLock<BloomFilter>]>),
+    /// Ring index `g`'s line `i` is line `i·ring + g` of the array, allocated at the first
+    /// key into any generation.
+    Interleaved {
+        lines: OnceLock<BitVector>,
+        ring: usize,
+    },
+}
+
+impl Generations {
+    /// Storage for `ring` generations of `shape`, holding `stored` (a file's generations
+    /// stored with their bits, `None`: empty), laid out as `layout` (which the caller has
+    /// checked is possible: not Classic).
+    pub(super) fn new(layout: RingLayout, shape: &Shape, stored: Vec<Option<BloomFilter>>) -> Self {
+        match layout {
+            RingLayout::Separate => Self::Separate(
+                stored
+                    .into_iter()
+                    .map(|g| g.map_or_else(OnceLock::new, OnceLock::from))
+                    .collect(),
+            ),
+            RingLayout::Interleaved => {
+                let ring = stored.len();
+                let lines = OnceLock::new();
+                if stored.iter().any(Option::is_some) {
+                    let all = interleaved_array(shape, ring);
+                    for (g, generation) in stored.iter().enumerate() {
+                        let Some(generation) = generation else {
+                            continue;
+                        };
+                        for i in 0..(shape.slots / BLOCK_BITS) as usize {
+                            let from = generation.line(i);
+                            let to = (i * ring + g) * 8;
+                            for (w, word) in from.0.iter().enumerate() {
+                                all.or_word(to + w, word.load(crate::sync::Ordering::Relaxed));
+                            }
+                        }
+                    }
+                    let _ = lines.set(all);
+                }
+                Self::Interleaved { lines, ring }
+            }
+        }
+    }
+
+    pub(super) fn ring_layout(&self) -> RingLayout {
+        match self {
+            Self::Separate(_) => RingLayout::Separate,
+            Self::Interleaved { .. } => RingLayout::Interleaved,
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        match self {
+            Self::Separate(cells) => cells.len(),
+            Self::Interleaved { ring, .. } => *ring,
+        }
+    }
+}
+
+/// A zeroed array for `ring` generations of `shape`, interleaved.
+fn interleaved_array(shape: &Shape, ring: usize) -> BitVector {
+    BitVector::zeroed(shape.slots.div_ceil(64) as usize * ring)
+}
+
+impl WindowedFilter {
+    /// Ring index `slot`'s line `index`, if that generation was ever allocated (Blocked and
+    /// SplitBlock).
+    #[inline(always)]
+    pub(super) fn line(&self, slot: usize, index: usize) -> Option<&Line> {
+        match &self.generations {
+            Generations::Separate(cells) => cells[slot].get().map(|g| g.line(index)),
+            Generations::Interleaved { lines, ring } => {
+                lines.get().map(|all| all.block(index * ring + slot))
+            }
+        }
+    }
+
+    /// Allocates ring index `slot`'s generation if it never was: before a key goes in (and
+    /// before the `written` mark that lets lookups read it).
+    pub(super) fn allocate(&self, slot: usize) {
+        match &self.generations {
+            Generations::Separate(cells) => {
+                cells[slot].get_or_init(|| BloomFilter::from_parts(self.shape.clone(), None));
+            }
+            Generations::Interleaved { lines, ring } => {
+                lines.get_or_init(|| interleaved_array(&self.shape, *ring));
+            }
+        }
+    }
+
+    /// Adds the key hashed to `h` to ring index `slot`'s generation, which
+    /// [`allocate`](Self::allocate) allocated; `true` if it was not there before.
+    #[inline]
+    pub(super) fn insert_into(&self, slot: usize, h: KeyHash) -> bool {
+        match &self.generations {
+            Generations::Separate(cells) => cells[slot]
+                .get()
+                .is_some_and(|generation| generation.insert_hash(h)),
+            Generations::Interleaved { lines, ring } => {
+                let Some(all) = lines.get() else {
+                    return false;
+                };
+                // As `BloomFilter::insert_hash` on the generation's own line.
+                let index = reduce(h.h1, self.num_blocks) as usize;
+                let line = index * ring + slot;
+                if self.line_holds(all.block(line), h) {
+                    return false;
+                }
+                for_each_in_line(self.shape.layout, h, self.shape.hashes, |bit| {
+                    all.or_word(line * 8 + (bit >> 6), 1u64 << (bit & 63));
+                });
+                true
+            }
+        }
+    }
+
+    /// Whether ring index `slot`'s generation holds the key hashed to `h` (empty if never
+    /// allocated).
+    #[inline]
+    pub(super) fn generation_holds(&self, slot: usize, h: KeyHash) -> bool {
+        match &self.generations {
+            Generations::Separate(cells) => cells[slot].get().is_some_and(|g| g.contains_hash(h)),
+            Generations::Interleaved { .. } => {
+                let index = reduce(h.h1, self.num_blocks) as usize;
+                self.line(slot, index)
+                    .is_some_and(|line| self.line_holds(line, h))
+            }
+        }
+    }
+
+    /// Whether `line` holds every bit of the key hashed to `h`.
+    #[inline(always)]
+    fn line_holds(&self, line: &Line, h: KeyHash) -> bool {
+        match self.shape.layout {
+            Layout::SplitBlock => self.probe.contains_split(line, h.split_word()),
+            _ => self.probe.contains(line, h, self.shape.hashes),
+        }
+    }
+
+    /// Starts fetching the key's line in ring index `slot`'s generation.
+    #[inline(always)]
+    pub(super) fn prefetch_into(&self, slot: usize, h: KeyHash) {
+        match &self.generations {
+            Generations::Separate(cells) => {
+                if let Some(g) = cells[slot].get() {
+                    g.prefetch(h);
+                }
+            }
+            Generations::Interleaved { lines, ring } => {
+                if let Some(all) = lines.get() {
+                    let index = reduce(h.h1, self.num_blocks) as usize;
+                    all.prefetch((index * ring + slot) * 8);
+                }
+            }
+        }
+    }
+
+    /// Clears ring index `slot`'s generation (nothing to do if it was never allocated).
+    pub(super) fn clear_generation(&self, slot: usize) {
+        match &self.generations {
+            Generations::Separate(cells) => {
+                if let Some(g) = cells[slot].get() {
+                    g.clear();
+                }
+            }
+            Generations::Interleaved { lines, ring } => {
+                if let Some(all) = lines.get() {
+                    all.clear_lines(slot, *ring);
+                }
+            }
+        }
+    }
+
+    /// Ring index `slot`'s generation as a plain filter (`None`: never allocated): itself
+    /// when separate, a copy of its lines when interleaved (for statistics and saves).
+    pub(super) fn generation_at(&self, slot: usize) -> Option<Cow<'_, BloomFilter>> {
+        match &self.generations {
+            Generations::Separate(cells) => cells[slot].get().map(Cow::Borrowed),
+            Generations::Interleaved { lines, ring } => {
+                let all = lines.get()?;
+                let words = (0..self.num_blocks as usize * 8)
+                    .map(|w| all.load(((w / 8) * ring + slot) * 8 + w % 8));
+                Some(Cow::Owned(BloomFilter::from_parts(
+                    self.shape.clone(),
+                    Some(BitVector::from_words(words)),
+                )))
+            }
+        }
+    }
+}
+
+/// `epoch mod (N + 1)` without a division (a 64-bit `div` is tens of cycles, as much as the
+/// rest of an in-cache lookup): Lemire, Kaser and Kurz, "Faster remainder by direct
+/// computation" (2019), whose 128-bit `M = ⌊(2¹²⁸ − 1)/d⌋ + 1` gives the exact remainder of
+/// every 64-bit numerator (`ring_index_is_the_remainder` checks it against `%`).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct RingIndex {
+    ring: u64,
+    m: u128,
+}
+
+impl RingIndex {
+    /// For a ring of `ring` ≥ 2 generations.
+    pub(super) fn new(ring: u64) -> Self {
+        debug_assert!(ring >= 2);
+        Self {
+            ring,
+            m: u128::MAX / u128::from(ring) + 1,
+        }
+    }
+
+    /// `epoch mod ring`.
+    #[inline(always)]
+    pub(super) fn of(self, epoch: u64) -> usize {
+        let low = self.m.wrapping_mul(u128::from(epoch));
+        let d = u128::from(self.ring);
+        let bottom = ((low as u64) as u128 * d) >> 64;
+        let top = (low >> 64) * d;
+        ((bottom + top) >> 64) as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RingIndex;
+
+    #[test]
+    fn ring_index_is_the_remainder() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for ring in 2..=65u64 {
+            let index = RingIndex::new(ring);
+            let edges = [
+                0,
+                1,
+                ring - 1,
+                ring,
+                ring + 1,
+                u64::MAX,
+                u64::MAX - 1,
+                1 << 63,
+            ];
+            for epoch in edges.into_iter().chain((0..10_000).map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x >> (x % 64)
+            })) {
+                assert_eq!(
+                    index.of(epoch),
+                    (epoch % ring) as usize,
+                    "{epoch} mod {ring}"
+                );
+            }
+        }
+    }
+}
