@@ -61,7 +61,10 @@
 //! A lookup skips a generation never written since it was cleared: an insert marks its
 //! generation (a release store) before it sets a bit, so a lookup that starts after the
 //! insert returned sees the mark (an acquire load); only the rotation clears a mark, that of
-//! the spare, outside every lookup's range.
+//! the spare, outside every lookup's range. An interleaved ring's lookup reads no mark: it
+//! tests every generation in its range, and one never written since it was cleared is all
+//! zero, so it answers "absent" as skipping it would; the key's bits, once an insert that
+//! returned set them, are seen by the same word's modification order as in a separate ring.
 //!
 //! The insert must land in the generation of the epoch it happens in. For a time window,
 //! an insert reads the epoch, sets its bits, then (after a sequentially consistent fence)
