@@ -173,11 +173,17 @@ fn no_false_negative_while_the_clock_turns(ring: RingLayout) {
     let inserted: Arc<Vec<AtomicU64>> = Arc::new((0..KEYS).map(|_| AtomicU64::new(0)).collect());
     let stop = Arc::new(AtomicBool::new(false));
     let turner = {
-        let (clock, stop) = (clock.clone(), stop.clone());
+        let (clock, stop, f) = (clock.clone(), stop.clone(), f.clone());
         std::thread::spawn(move || {
             for _ in 0..400 {
                 clock.advance(Duration::from_millis(250));
                 std::thread::sleep(Duration::from_millis(5));
+            }
+            // The writers' next insert rotates into the clock's last epoch: on a loaded
+            // machine it may come after a few more milliseconds.
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while f.epoch() < clock.now() / 1_000 && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
             }
             stop.store(true, Ordering::SeqCst);
         })

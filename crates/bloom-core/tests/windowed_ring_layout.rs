@@ -172,3 +172,75 @@ fn an_interleaved_ring_is_empty_until_its_first_key() {
     assert!(f.contains("a"));
     assert_eq!(f.epochs_with_keys(), [0]);
 }
+
+/// `into_ring_layout` both ways, over a time window that has rotated: the filter keeps its
+/// answers, its file (epoch, inserts, every generation), and goes on rotating alike; an
+/// empty ring changes layout without allocating; Classic is not interleaved.
+#[test]
+fn a_ring_changes_layout_and_keeps_everything() {
+    for from in [RingLayout::Separate, RingLayout::Interleaved] {
+        let to = match from {
+            RingLayout::Separate => RingLayout::Interleaved,
+            RingLayout::Interleaved => RingLayout::Separate,
+        };
+        let clock = Arc::new(ManualClock::new(START_MS));
+        let build = || {
+            WindowedFilter::builder(Window::Time(Duration::from_secs(30)))
+                .expected_items(3_000)
+                .false_positive_rate(0.01)
+                .ring_layout(from)
+                .clock(clock.clone())
+                .seed(0xC0)
+                .build()
+                .unwrap()
+        };
+        let (kept, changed) = (build(), build());
+        let empty = build().into_ring_layout(to).unwrap();
+        assert_eq!((empty.ring_layout(), empty.count_ones()), (to, 0));
+        for round in 0..6u64 {
+            for i in 0..400 {
+                kept.insert(&(round * 400 + i));
+                changed.insert(&(round * 400 + i));
+            }
+            clock.advance(Duration::from_secs(7));
+        }
+        let changed = changed.into_ring_layout(to).unwrap();
+        assert_eq!(changed.ring_layout(), to);
+        let probes: Vec<u64> = (0..3_000).chain(1 << 40..(1 << 40) + 3_000).collect();
+        assert_eq!(
+            kept.contains_many(&probes),
+            changed.contains_many(&probes),
+            "{from:?}"
+        );
+        assert_eq!(kept.to_bytes(), changed.to_bytes(), "{from:?}");
+        assert_eq!(
+            (kept.epoch(), kept.inserts()),
+            (changed.epoch(), changed.inserts())
+        );
+        for round in 6..12u64 {
+            for i in 0..400 {
+                assert_eq!(
+                    kept.insert(&(round * 400 + i)),
+                    changed.insert(&(round * 400 + i))
+                );
+            }
+            clock.advance(Duration::from_secs(7));
+            assert_eq!(kept.contains_many(&probes), changed.contains_many(&probes));
+        }
+        assert_eq!(
+            kept.to_bytes(),
+            changed.to_bytes(),
+            "{from:?} after rotating on"
+        );
+    }
+    let classic = WindowedFilter::builder(Window::Count(100))
+        .expected_items(100)
+        .false_positive_rate(0.01)
+        .layout(Layout::Classic)
+        .build()
+        .unwrap();
+    assert!(matches!(
+        classic.into_ring_layout(RingLayout::Interleaved),
+        Err(BuildError::InterleavedClassic)
+    ));
+}

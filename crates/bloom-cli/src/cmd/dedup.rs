@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use bloom_core::windowed::{Window, WindowedFilter};
+use bloom_core::windowed::{RingLayout, Window, WindowedFilter};
 use bloom_core::{BloomFilter, params};
 use indicatif::HumanBytes;
 
@@ -265,11 +265,15 @@ fn run_windowed(args: &Args, window: Window) -> Result<()> {
             state
         }
         _ => {
+            // Separate, as a state is read: a run writes the generations it inserts into and
+            // touches no page of the others (an interleaved ring would be faulted in whole by
+            // a first run), and its lookups are prefetched batches.
             let mut builder = WindowedFilter::builder(window)
                 .expected_items(args.size.items)
                 .false_positive_rate(args.size.fpr)
                 .generations(args.generations)
                 .layout(args.size.layout())
+                .ring_layout(RingLayout::Separate)
                 .clock(clock);
             if let Some(seed) = args.seed {
                 builder = builder.seed(seed);

@@ -180,21 +180,15 @@ impl WindowedHeader {
             fpr: self.fpr,
             clock,
         };
-        // Interleaved only where the ring is at most twice the bits stored (the reader's
-        // bound: `windowed/ring.rs`).
-        let stored = generations.iter().flatten().count();
-        let ring_bytes = generations.len() * template.slots.div_ceil(64) as usize * 8;
-        let ring_layout = match RingLayout::default_for(template.layout, ring_bytes) {
-            RingLayout::Interleaved if 2 * stored >= generations.len() => RingLayout::Interleaved,
-            _ => RingLayout::Separate,
-        };
+        // Separate, as the file stores the generations: no copy, and nothing allocated that
+        // the bytes do not back (`windowed/ring.rs`).
         Ok(WindowedFilter::from_parts(
             parts,
             template,
             generations,
             Some(state),
             Some(written),
-            ring_layout,
+            RingLayout::Separate,
         ))
     }
 }

@@ -75,7 +75,7 @@ pub struct WindowedFilter {
     pub(super) shape: Shape,
     /// The newest epoch: inserts go to its generation. Only [`advance_to`](Self::advance_to)
     /// raises it, under `rotation`.
-    epoch: AtomicU64,
+    pub(super) epoch: AtomicU64,
     /// Inserts so far: a count window's clock.
     inserts: AtomicU64,
     /// Per generation: 1 once a key was inserted since it was last cleared. A lookup skips
@@ -91,7 +91,7 @@ pub struct WindowedFilter {
     pub(super) num_blocks: u64,
     /// Epoch → ring index, without a division.
     ring_index: RingIndex,
-    parts: Parts,
+    pub(super) parts: Parts,
 }
 
 impl WindowedFilter {
@@ -169,13 +169,13 @@ impl WindowedFilter {
     }
 
     /// Epoch `epoch`'s ring index.
-    fn slot(&self, epoch: u64) -> usize {
+    pub(super) fn slot(&self, epoch: u64) -> usize {
         self.ring_index.of(epoch)
     }
 
     /// Epoch `epoch`'s ring index, its generation allocated now if it never was: for a key
     /// about to go in.
-    fn slot_to_fill(&self, epoch: u64) -> usize {
+    pub(super) fn slot_to_fill(&self, epoch: u64) -> usize {
         let slot = self.slot(epoch);
         self.allocate(slot);
         slot
@@ -186,6 +186,54 @@ impl WindowedFilter {
         self.generations.ring_layout()
     }
 
+    /// The same filter (keys, epoch, inserts, window, clock) with its generations laid out
+    /// as `layout`: one copy of the generations that hold keys (none if it is already so
+    /// laid out). A filter read from a file is separate, as the file stores it; a service
+    /// that keeps a large ring for lookups interleaves it once after reading it.
+    /// Interleaving a Classic filter is [`BuildError::InterleavedClassic`](crate::BuildError).
+    /// `tests/windowed_ring_layout.rs` `a_ring_changes_layout_and_keeps_everything`.
+    ///
+    /// ```
+    /// use bloom_core::windowed::{RingLayout, Window, WindowedFilter};
+    ///
+    /// let f = WindowedFilter::builder(Window::Count(100)).expected_items(100).false_positive_rate(0.01).build()?;
+    /// f.insert("a");
+    /// let read = WindowedFilter::from_bytes(&f.to_bytes())?;
+    /// assert_eq!(read.ring_layout(), RingLayout::Separate);
+    /// let fast = read.into_ring_layout(RingLayout::Interleaved)?;
+    /// assert!(fast.contains("a") && fast.ring_layout() == RingLayout::Interleaved);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn into_ring_layout(self, layout: RingLayout) -> Result<Self, crate::BuildError> {
+        if layout == RingLayout::Interleaved && self.shape.layout == Layout::Classic {
+            return Err(crate::BuildError::InterleavedClassic);
+        }
+        if layout == self.ring_layout() {
+            return Ok(self);
+        }
+        // Only the generations written since their last clear hold bits; the others are
+        // empty and stay unallocated.
+        let written: Vec<bool> = (0..self.generations.len())
+            .map(|slot| self.ring_has_keys(slot))
+            .collect();
+        let stored = self.generations.into_stored(&self.shape, &written);
+        Ok(Self {
+            generations: Generations::new(layout, &self.shape, stored),
+            written: written
+                .iter()
+                .map(|&w| AtomicU64::new(u64::from(w)))
+                .collect(),
+            shape: self.shape,
+            epoch: self.epoch,
+            inserts: self.inserts,
+            rotation: self.rotation,
+            probe: self.probe,
+            num_blocks: self.num_blocks,
+            ring_index: self.ring_index,
+            parts: self.parts,
+        })
+    }
+
     /// The hash every generation derives a key's bits from.
     pub(super) fn hasher(&self) -> &KeyHasher {
         &self.shape.hasher
@@ -193,14 +241,14 @@ impl WindowedFilter {
 
     /// Whether epoch `epoch`'s generation may hold keys.
     #[inline]
-    fn is_written(&self, epoch: u64) -> bool {
+    pub(super) fn is_written(&self, epoch: u64) -> bool {
         self.written[self.ring_index.of(epoch)].load(Ordering::Acquire) != 0
     }
 
     /// Marks epoch `epoch`'s generation as holding keys, before a key goes in: a lookup that
     /// starts after the insert returned sees the mark.
     #[inline]
-    fn mark_written(&self, epoch: u64) {
+    pub(super) fn mark_written(&self, epoch: u64) {
         let mark = &self.written[self.ring_index.of(epoch)];
         if mark.load(Ordering::Relaxed) == 0 {
             mark.store(1, Ordering::Release);
@@ -208,12 +256,12 @@ impl WindowedFilter {
     }
 
     /// `N`, the generations a lookup reads.
-    fn n(&self) -> u64 {
+    pub(super) fn n(&self) -> u64 {
         self.ring() - 1
     }
 
     /// The epoch the clock is in (a time window).
-    fn clock_epoch(&self) -> u64 {
+    pub(super) fn clock_epoch(&self) -> u64 {
         self.parts.clock.now_millis() / self.parts.period
     }
 
@@ -415,101 +463,12 @@ impl WindowedFilter {
 
     /// A count window's clock: counts one insert, rotating if it starts a new period; the
     /// insert's epoch.
-    fn tick(&self) -> u64 {
+    pub(super) fn tick(&self) -> u64 {
         let epoch = self.inserts.fetch_add(1, Ordering::Relaxed) / self.parts.period;
         if epoch > self.epoch.load(Ordering::Acquire) {
             self.advance_to(epoch);
         }
         epoch
-    }
-
-    /// [`seen_or_insert`](Self::seen_or_insert) for each key in order, telling `seen` each
-    /// answer: what a de-duplicating pass over a stream asks, a batch at a time. Every
-    /// generation has the same size, hash key and layout, so a key is hashed once and its
-    /// line in each generation prefetched a window ahead (as `BloomFilter::insert_many_with`
-    /// does); a time window's clock is read once per batch, which is then the keys' time.
-    ///
-    /// ```
-    /// use bloom_core::windowed::{Window, WindowedFilter};
-    ///
-    /// let f = WindowedFilter::builder(Window::Count(100)).expected_items(100).false_positive_rate(0.01).build()?;
-    /// let mut seen = Vec::new();
-    /// f.seen_or_insert_many_with(["a", "b", "a"], |s| seen.push(s));
-    /// assert_eq!(seen, [false, false, true]);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn seen_or_insert_many_with<I>(&self, keys: I, mut seen: impl FnMut(bool))
-    where
-        I: IntoIterator,
-        I::Item: Key,
-    {
-        let timed = matches!(self.parts.window, Window::Time(_));
-        if timed {
-            let now = self.clock_epoch();
-            if now > self.epoch.load(Ordering::Acquire) {
-                self.advance_to(now);
-            }
-        }
-        let batch_epoch = self.epoch.load(Ordering::SeqCst);
-        // The generations a lookup reads, newest first, found once per epoch rather than by
-        // a division per key and generation.
-        // (The generation keys go to is first, read or not; the others only if written.)
-        let reads = |epoch: u64| -> Vec<usize> {
-            let newest = self.slot_to_fill(epoch);
-            self.mark_written(epoch);
-            let oldest = (epoch + 1).saturating_sub(self.n());
-            std::iter::once(newest)
-                .chain(
-                    (oldest..epoch)
-                        .rev()
-                        .filter(|&e| self.is_written(e))
-                        .map(|e| self.slot(e)),
-                )
-                .collect()
-        };
-        let mut current = (batch_epoch, reads(batch_epoch));
-        let prefetch = reads(batch_epoch);
-        let mut inserted = Vec::new();
-        let decide = |h| {
-            if !timed {
-                // A count window: each key offered is an insert, its sequence number its time.
-                let epoch = self.tick();
-                if epoch != current.0 {
-                    current = (epoch, reads(epoch));
-                }
-            }
-            let window = &current.1;
-            let found = self.any_holds(h, window.iter().copied());
-            if !found {
-                self.insert_into(window[0], h);
-                if timed {
-                    inserted.push(h);
-                }
-            }
-            seen(found);
-        };
-        let prefetch_all = |h| {
-            // The key's line is at the same place in every generation.
-            for &slot in &prefetch {
-                self.prefetch_into(slot, h);
-            }
-        };
-        crate::filter::pipelined(self.hasher(), keys, prefetch_all, decide);
-        if !timed {
-            return;
-        }
-        // As `insert`: if a rotation ran or the period ended during the batch, its new keys
-        // go again into the newest generation.
-        fence(Ordering::SeqCst);
-        if self.epoch.load(Ordering::SeqCst) != batch_epoch || self.clock_epoch() > batch_epoch {
-            self.advance_to(self.clock_epoch());
-            let epoch = self.epoch.load(Ordering::SeqCst);
-            let newest = self.slot_to_fill(epoch);
-            self.mark_written(epoch);
-            for &h in &inserted {
-                self.insert_into(newest, h);
-            }
-        }
     }
 
     /// Rotates until `target` is the newest epoch: for each new epoch, publishes it, then

@@ -6,7 +6,7 @@
 //! |--------------|--------------------------------------------------------------------|
 //! | `filter.rs`  | [`WindowedFilter`]: the ring of generations, insert, lookup, rotation |
 //! | `ring.rs`    | [`RingLayout`]: the generations separate or interleaved in memory   |
-//! | `batch.rs`   | [`WindowedFilter::contains_many_with`]: a batch of lookups under one clock read |
+//! | `batch.rs`   | [`WindowedFilter::contains_many_with`], [`WindowedFilter::seen_or_insert_many_with`]: batches under one clock read |
 //! | `builder.rs` | [`WindowedBuilder`], [`Window`]: sizing from the window, keys per window and rate |
 //! | `clock.rs`   | [`Clock`], [`SystemClock`], [`ManualClock`]                          |
 //!
@@ -37,11 +37,11 @@
 //!   not allocated as empty.
 //! * **Memory as used.** A separate ring allocates a generation when a key first goes into
 //!   it: a new filter, or one read from a file whose later generations are stored empty,
-//!   holds only the generations that took keys. An interleaved ring (the default from
-//!   [`INTERLEAVE_FROM_BYTES`] on) is allocated whole at its first key, and a reader
-//!   interleaves only a file storing at least half its generations, so reading a file costs
-//!   what its bytes hold either way (docs/FORMAT.md, "What a reader allocates";
-//!   `tests/crafted_files.rs`).
+//!   holds only the generations that took keys. An interleaved ring (the default for new
+//!   rings from [`INTERLEAVE_FROM_BYTES`] on) is allocated whole at its first key; a reader
+//!   returns a ring separate, so reading a file costs what its bytes hold (docs/FORMAT.md,
+//!   "What a reader allocates"; `tests/crafted_files.rs`), and
+//!   [`WindowedFilter::into_ring_layout`] interleaves it on request.
 //!
 //! # Why
 //!
@@ -104,10 +104,10 @@
 //! ([`RingLayout::Separate`]) they cost `N` cache misses that overlap only in part; with line
 //! `i` of every generation side by side ([`RingLayout::Interleaved`]) a key's lines are one
 //! contiguous run, fetched as one stream. Interleaving allocates the ring whole at its first
-//! key, so it is the default only for rings of at least [`INTERLEAVE_FROM_BYTES`] (a
-//! many-small-filters user, one per user, keeps memory as used), and a reader picks it only
-//! for a file that stores at least half the ring (`ring.rs` states the rules and names their
-//! tests). Both hold the same bits and write the same files.
+//! key, so it is the default only for new rings of at least [`INTERLEAVE_FROM_BYTES`] (a
+//! many-small-filters user, one per user, keeps memory as used); a ring read from a file is
+//! separate until [`WindowedFilter::into_ring_layout`] interleaves it (`ring.rs` states the
+//! rules and names their tests). Both hold the same bits and write the same files.
 //!
 //! # Memory
 //!

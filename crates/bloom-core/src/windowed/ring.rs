@@ -12,12 +12,15 @@
 //!   `i·(N + 1) + g` of one array, so the `N` lines a lookup tests are adjacent: one
 //!   stream of `N·64` bytes, fetched together, where separate generations cost `N` cache
 //!   misses that overlap only in part (`benches/windowed.rs`).
-//! * **Interleaved: allocated whole, at the first key.** So a reader picks it only when
-//!   the file stores at least half the ring's generations (the ring is then at most
-//!   twice the bits the file's bytes back, and the reader's bound `3·L + 256 KiB` of
-//!   `docs/FORMAT.md` holds: `tests/crafted_files.rs`), and a new filter picks it only
-//!   when the ring is at least [`INTERLEAVE_FROM_BYTES`] (per-user filters, far smaller,
-//!   stay separate and hold only the generations written).
+//! * **Interleaved: allocated whole, at the first key.** So a new filter is interleaved by
+//!   default only when its ring takes at least [`INTERLEAVE_FROM_BYTES`] (per-user filters,
+//!   far smaller, stay separate and hold only the generations written), and a reader returns
+//!   a ring separate, as the file stores it: reading costs what the bytes back and copies
+//!   nothing (`tests/crafted_files.rs`
+//!   `a_ring_is_read_separate_and_interleaved_on_request`); a service that keeps the ring
+//!   for lookups interleaves it once with [`WindowedFilter::into_ring_layout`]. A one-shot
+//!   pass over a stream (`bloom dedup --window`) stays separate: its lookups are batches,
+//!   prefetched, and an interleaved first run would touch the whole ring's pages.
 //! * **Clearing a generation is a strided clear** of every `(N + 1)`-th line, each word
 //!   stored 0 one at a time, as a separate generation's `clear` does: a lookup reading
 //!   the other generations' lines meanwhile reads words no clear touches
@@ -111,6 +114,37 @@ impl Generations {
                     let _ = lines.set(all);
                 }
                 Self::Interleaved { lines, ring }
+            }
+        }
+    }
+
+    /// The generations as plain filters, by ring index, `None` for those `written` does not
+    /// mark (empty): a separate ring's own, an interleaved ring's copied out.
+    pub(super) fn into_stored(self, shape: &Shape, written: &[bool]) -> Vec<Option<BloomFilter>> {
+        match self {
+            Self::Separate(cells) => cells
+                .into_vec()
+                .into_iter()
+                .zip(written)
+                .map(|(cell, &w)| cell.into_inner().filter(|_| w))
+                .collect(),
+            Self::Interleaved { lines, ring } => {
+                let Some(all) = lines.into_inner() else {
+                    return (0..ring).map(|_| None).collect();
+                };
+                let words_per_generation = shape.slots.div_ceil(64) as usize;
+                (0..ring)
+                    .map(|slot| {
+                        written[slot].then(|| {
+                            let words = (0..words_per_generation)
+                                .map(|w| all.load(((w / 8) * ring + slot) * 8 + w % 8));
+                            BloomFilter::from_parts(
+                                shape.clone(),
+                                Some(BitVector::from_words(words)),
+                            )
+                        })
+                    })
+                    .collect()
             }
         }
     }
