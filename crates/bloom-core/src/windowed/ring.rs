@@ -132,18 +132,8 @@ impl Generations {
                 let Some(all) = lines.into_inner() else {
                     return (0..ring).map(|_| None).collect();
                 };
-                let words_per_generation = shape.slots.div_ceil(64) as usize;
                 (0..ring)
-                    .map(|slot| {
-                        written[slot].then(|| {
-                            let words = (0..words_per_generation)
-                                .map(|w| all.load(((w / 8) * ring + slot) * 8 + w % 8));
-                            BloomFilter::from_parts(
-                                shape.clone(),
-                                Some(BitVector::from_words(words)),
-                            )
-                        })
-                    })
+                    .map(|slot| written[slot].then(|| gather(&all, ring, slot, shape)))
                     .collect()
             }
         }
@@ -162,6 +152,14 @@ impl Generations {
             Self::Interleaved { ring, .. } => *ring,
         }
     }
+}
+
+/// Ring index `slot`'s generation of an interleaved array `all`, copied out as a plain filter
+/// of `shape` (its line `i` is the array's line `i·ring + slot`).
+fn gather(all: &BitVector, ring: usize, slot: usize, shape: &Shape) -> BloomFilter {
+    let words = (0..shape.slots.div_ceil(64) as usize)
+        .map(|w| all.load(((w / 8) * ring + slot) * 8 + w % 8));
+    BloomFilter::from_parts(shape.clone(), Some(BitVector::from_words(words)))
 }
 
 /// A zeroed array for `ring` generations of `shape`, interleaved.
@@ -285,12 +283,7 @@ impl WindowedFilter {
             Generations::Separate(cells) => cells[slot].get().map(Cow::Borrowed),
             Generations::Interleaved { lines, ring } => {
                 let all = lines.get()?;
-                let words = (0..self.num_blocks as usize * 8)
-                    .map(|w| all.load(((w / 8) * ring + slot) * 8 + w % 8));
-                Some(Cow::Owned(BloomFilter::from_parts(
-                    self.shape.clone(),
-                    Some(BitVector::from_words(words)),
-                )))
+                Some(Cow::Owned(gather(all, *ring, slot, &self.shape)))
             }
         }
     }
