@@ -25,6 +25,10 @@
 //!   stored 0 one at a time, as a separate generation's `clear` does: a lookup reading
 //!   the other generations' lines meanwhile reads words no clear touches
 //!   (`tests/loom_windowed.rs` models both layouts).
+//! * **Interleaved lookups read no `written` mark.** A generation in a lookup's range that
+//!   took no key since it was last cleared is zero lines, so testing it answers as skipping
+//!   it would (`WindowedFilter::run_holds`; `both_layouts_answer_alike_and_write_the_same_file`,
+//!   the window's tests and the loom models run on both layouts).
 //! * Classic filters have no lines: they are always separate.
 
 use std::borrow::Cow;
