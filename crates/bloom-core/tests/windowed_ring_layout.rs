@@ -154,10 +154,10 @@ fn the_ring_layout_follows_the_size_unless_chosen() {
     assert!(matches!(refused, Err(BuildError::InterleavedClassic)));
 }
 
-/// An interleaved ring takes no memory until its first key, like a separate one; its
-/// generations' statistics read as empty until then.
+/// A new interleaved ring (allocated with the filter, zeroed) answers as an empty one until
+/// its first key: no key found, statistics of an empty filter, no generation to store.
 #[test]
-fn an_interleaved_ring_is_empty_until_its_first_key() {
+fn an_interleaved_ring_answers_empty_until_its_first_key() {
     let f = WindowedFilter::builder(Window::Count(1_000))
         .expected_items(1_000)
         .false_positive_rate(0.01)

@@ -116,7 +116,7 @@ impl WindowedBuilder {
         /// How the generations lie in memory: one allocation each, made at its first key
         /// ([`RingLayout::Separate`]), or one for the ring with a key's lines side by side
         /// ([`RingLayout::Interleaved`]: out of cache a lookup costs about one miss instead of
-        /// `N`; the whole ring is allocated at the first key). Default: interleaved when the
+        /// `N`; the whole ring is allocated with the filter). Default: interleaved when the
         /// ring takes at least [`INTERLEAVE_FROM_BYTES`](super::INTERLEAVE_FROM_BYTES) and the
         /// layout is not Classic, separate otherwise. Interleaved with Classic is an error.
         ///

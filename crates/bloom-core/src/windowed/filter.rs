@@ -16,7 +16,7 @@ use crate::{BloomFilter, Key, Layout};
 
 use super::builder::{Window, WindowedBuilder, generation_rate};
 use super::clock::Clock;
-use super::ring::{Generations, RingIndex, RingLayout};
+use super::ring::{Generations, RingLayout, ring_index};
 
 /// What a windowed filter was built with.
 #[derive(Clone)]
@@ -42,7 +42,7 @@ pub(crate) struct Parts {
 /// generation) while lookups go on. A generation is allocated when a key first goes into
 /// it (the inserts into it meanwhile wait for that; lookups never do): a filter new or
 /// loaded from a file holds only the generations that took keys; a large ring is
-/// interleaved (a key's lines side by side, the ring allocated whole at its first key:
+/// interleaved (a key's lines side by side, the ring allocated whole with the filter:
 /// [`RingLayout`]).
 ///
 /// ```
@@ -63,13 +63,13 @@ pub(crate) struct Parts {
 /// ```
 pub struct WindowedFilter {
     /// `N + 1` generations; epoch `e`'s keys are in ring index `e mod (N + 1)`. Rule: a
-    /// generation (an interleaved ring: the ring) is allocated when a key first goes into it,
-    /// never before, so a file's
-    /// generations stored empty cost nothing to read (`tests/crafted_files.rs`
-    /// `a_ring_of_empty_generations_sized_huge_loads_without_allocating_them`), and once
-    /// allocated it stays (a rotation clears it). An empty cell answers as an empty
-    /// generation of `shape`. (`OnceLock` is std's under loom too: the allocation happens
-    /// before the `written` mark, which loom models.)
+    /// separate generation is allocated when a key first goes into it, never before, so a
+    /// file's generations stored empty cost nothing to read (`tests/crafted_files.rs`
+    /// `a_ring_of_empty_generations_sized_huge_loads_without_allocating_them`; a reader
+    /// returns a ring separate), and once allocated it stays (a rotation clears it). An empty
+    /// cell answers as an empty generation of `shape`. An interleaved ring is one zeroed
+    /// array, allocated with the filter (`ring.rs`). (`OnceLock` is std's under loom too:
+    /// the allocation happens before the `written` mark, which loom models.)
     pub(super) generations: Generations,
     /// What every generation is: its m, k, layout, hash key, capacity and rate.
     pub(super) shape: Shape,
@@ -87,10 +87,6 @@ pub struct WindowedFilter {
     /// How every generation's line is tested (they are all of one size): a lookup finds the
     /// key's line index once and tests that line in each generation with it.
     pub(super) probe: Probe,
-    /// Lines per generation (Blocked and SplitBlock).
-    pub(super) num_blocks: u64,
-    /// Epoch → ring index, without a division.
-    ring_index: RingIndex,
     pub(super) parts: Parts,
 }
 
@@ -142,8 +138,7 @@ impl WindowedFilter {
                 .collect(),
             None => generations.iter().map(|_| AtomicU64::new(0)).collect(),
         };
-        let (shape_slots, shape_bytes) = (shape.slots, shape.slots.div_ceil(64) as usize * 8);
-        let ring = generations.len();
+        let shape_bytes = shape.slots.div_ceil(64) as usize * 8;
         let filter = Self {
             written,
             generations: Generations::new(ring_layout, &shape, generations),
@@ -152,8 +147,6 @@ impl WindowedFilter {
             inserts: AtomicU64::new(inserts),
             rotation: Mutex::new(()),
             probe: Probe::for_filter_of(shape_bytes),
-            num_blocks: shape_slots / BLOCK_BITS,
-            ring_index: RingIndex::new(ring as u64),
             parts,
         };
         // A file saved a while ago: drop the generations that expired since. Nothing else
@@ -164,13 +157,19 @@ impl WindowedFilter {
         filter
     }
 
+    /// Lines per generation (Blocked and SplitBlock).
+    #[inline(always)]
+    pub(super) fn num_blocks(&self) -> u64 {
+        self.shape.slots / BLOCK_BITS
+    }
+
     fn ring(&self) -> u64 {
-        self.generations.len() as u64
+        self.written.len() as u64
     }
 
     /// Epoch `epoch`'s ring index.
     pub(super) fn slot(&self, epoch: u64) -> usize {
-        self.ring_index.of(epoch)
+        ring_index(epoch, self.ring_len())
     }
 
     /// Epoch `epoch`'s ring index, its generation allocated now if it never was: for a key
@@ -213,7 +212,7 @@ impl WindowedFilter {
         }
         // Only the generations written since their last clear hold bits; the others are
         // empty and stay unallocated.
-        let written: Vec<bool> = (0..self.generations.len())
+        let written: Vec<bool> = (0..self.ring_len())
             .map(|slot| self.ring_has_keys(slot))
             .collect();
         let stored = self.generations.into_stored(&self.shape, &written);
@@ -228,8 +227,6 @@ impl WindowedFilter {
             inserts: self.inserts,
             rotation: self.rotation,
             probe: self.probe,
-            num_blocks: self.num_blocks,
-            ring_index: self.ring_index,
             parts: self.parts,
         })
     }
@@ -242,14 +239,14 @@ impl WindowedFilter {
     /// Whether epoch `epoch`'s generation may hold keys.
     #[inline]
     pub(super) fn is_written(&self, epoch: u64) -> bool {
-        self.written[self.ring_index.of(epoch)].load(Ordering::Acquire) != 0
+        self.written[ring_index(epoch, self.ring_len())].load(Ordering::Acquire) != 0
     }
 
     /// Marks epoch `epoch`'s generation as holding keys, before a key goes in: a lookup that
     /// starts after the insert returned sees the mark.
     #[inline]
     pub(super) fn mark_written(&self, epoch: u64) {
-        let mark = &self.written[self.ring_index.of(epoch)];
+        let mark = &self.written[ring_index(epoch, self.ring_len())];
         if mark.load(Ordering::Relaxed) == 0 {
             mark.store(1, Ordering::Release);
         }
@@ -331,10 +328,8 @@ impl WindowedFilter {
     #[inline(always)]
     pub(super) fn holds_in_range(&self, h: KeyHash, oldest: u64, newest: u64) -> bool {
         match &self.generations {
-            Generations::Interleaved { lines, ring } if self.shape.layout != Layout::Classic => {
-                lines
-                    .get()
-                    .is_some_and(|all| self.run_holds(all, *ring, h, oldest, newest))
+            Generations::Interleaved(all) if self.shape.layout != Layout::Classic => {
+                self.run_holds(all, self.ring_len(), h, oldest, newest)
             }
             _ => self.any_holds(h, self.in_range(oldest, newest)),
         }
@@ -360,8 +355,8 @@ impl WindowedFilter {
             return false;
         }
         let count = (newest - oldest + 1) as usize;
-        let last = self.ring_index.of(newest);
-        let index = reduce(h.h1, self.num_blocks) as usize;
+        let last = ring_index(newest, self.ring_len());
+        let index = reduce(h.h1, self.num_blocks()) as usize;
         let run = all.blocks(index * ring, ring);
         let test = |lines: &[Line]| match self.shape.layout {
             Layout::SplitBlock => self.probe.any_contains_split(lines, h.split_word()),
@@ -400,7 +395,7 @@ impl WindowedFilter {
             let mut slots = slots;
             return slots.any(|slot| self.generation_holds(slot, h));
         }
-        let index = reduce(h.h1, self.num_blocks) as usize;
+        let index = reduce(h.h1, self.num_blocks()) as usize;
         let test = |lines: &[Option<&Line>]| {
             let lines = lines.iter().flatten().copied();
             match self.shape.layout {
@@ -427,8 +422,8 @@ impl WindowedFilter {
     /// around the ring, with one division, not one per step.
     #[inline(always)]
     pub(super) fn in_range(&self, oldest: u64, newest: u64) -> impl Iterator<Item = usize> + '_ {
-        let ring = self.generations.len();
-        let mut at = self.ring_index.of(newest);
+        let ring = self.ring_len();
+        let mut at = ring_index(newest, self.ring_len());
         (oldest..=newest).filter_map(move |_| {
             let this = at;
             at = if at == 0 { ring - 1 } else { at - 1 };
@@ -505,7 +500,7 @@ impl WindowedFilter {
             fence(Ordering::SeqCst);
             // The new spare: the generation of `epoch − N`, now out of every lookup's window.
             let was_written =
-                self.written[self.ring_index.of(epoch + 1)].swap(0, Ordering::SeqCst) != 0;
+                self.written[ring_index(epoch + 1, self.ring_len())].swap(0, Ordering::SeqCst) != 0;
             if was_written || clear_unwritten {
                 self.clear_generation(self.slot(epoch + 1));
             }
@@ -528,7 +523,7 @@ impl WindowedFilter {
     pub fn fresh(&self) -> Result<Self, crate::BuildError> {
         let mut shape = self.shape.clone();
         shape.hasher = KeyHasher::random().map_err(crate::BuildError::Random)?;
-        let generations = (0..self.generations.len()).map(|_| None).collect();
+        let generations = (0..self.ring_len()).map(|_| None).collect();
         Ok(Self::from_parts(
             self.parts.clone(),
             shape,
@@ -628,10 +623,11 @@ impl WindowedFilter {
     }
 
     /// Memory the generations take once each has taken a key, in bytes: `N + 1` times one
-    /// generation's bit array. (A generation, or an interleaved ring, is allocated when a key
-    /// first goes into it: until then it takes none of this.)
+    /// generation's bit array. (A separate generation is allocated when a key first goes into
+    /// it: until then it takes none of this. An interleaved ring is allocated with the
+    /// filter, zeroed: the system maps its pages as keys first touch them.)
     pub fn size_in_bytes(&self) -> usize {
-        self.generations.len() * self.shape.slots.div_ceil(64) as usize * 8
+        self.ring_len() * self.shape.slots.div_ceil(64) as usize * 8
     }
 
     /// Bits in all generations (`N + 1` times one generation's m).
@@ -694,7 +690,7 @@ impl WindowedFilter {
 
     /// `N + 1`, the generations in the ring, for the file format.
     pub(crate) fn ring_len(&self) -> usize {
-        self.generations.len()
+        self.written.len()
     }
 
     /// The generation at ring index `i` if it may hold keys (the file format stores only

@@ -38,7 +38,7 @@
 //! * **Memory as used.** A separate ring allocates a generation when a key first goes into
 //!   it: a new filter, or one read from a file whose later generations are stored empty,
 //!   holds only the generations that took keys. An interleaved ring (the default for new
-//!   rings from [`INTERLEAVE_FROM_BYTES`] on) is allocated whole at its first key; a reader
+//!   rings from [`INTERLEAVE_FROM_BYTES`] on) is allocated whole with the filter; a reader
 //!   returns a ring separate, so reading a file costs what its bytes hold (docs/FORMAT.md,
 //!   "What a reader allocates"; `tests/crafted_files.rs`), and
 //!   [`WindowedFilter::into_ring_layout`] interleaves it on request.
@@ -103,8 +103,8 @@
 //! Out of cache, the cost is the `N` lines' loads. Scattered over `N` allocations
 //! ([`RingLayout::Separate`]) they cost `N` cache misses that overlap only in part; with line
 //! `i` of every generation side by side ([`RingLayout::Interleaved`]) a key's lines are one
-//! contiguous run, fetched as one stream. Interleaving allocates the ring whole at its first
-//! key, so it is the default only for new rings of at least [`INTERLEAVE_FROM_BYTES`] (a
+//! contiguous run, fetched as one stream. Interleaving allocates the ring whole with the
+//! filter, so it is the default only for new rings of at least [`INTERLEAVE_FROM_BYTES`] (a
 //! many-small-filters user, one per user, keeps memory as used); a ring read from a file is
 //! separate until [`WindowedFilter::into_ring_layout`] interleaves it (`ring.rs` states the
 //! rules and names their tests). Both hold the same bits and write the same files.

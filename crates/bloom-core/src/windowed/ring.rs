@@ -12,9 +12,11 @@
 //!   `i·(N + 1) + g` of one array, so the `N` lines a lookup tests are adjacent: one
 //!   stream of `N·64` bytes, fetched together, where separate generations cost `N` cache
 //!   misses that overlap only in part (`benches/windowed.rs`).
-//! * **Interleaved: allocated whole, at the first key.** So a new filter is interleaved by
-//!   default only when its ring takes at least [`INTERLEAVE_FROM_BYTES`] (per-user filters,
-//!   far smaller, stay separate and hold only the generations written), and a reader returns
+//! * **Interleaved: allocated whole, with the filter** (zeroed: the system maps its pages
+//!   as keys first touch them, and a lookup reads no allocation state). So a new filter is
+//!   interleaved by default only when its ring takes at least [`INTERLEAVE_FROM_BYTES`]
+//!   (per-user filters, far smaller, stay separate and hold only the generations written),
+//!   and a reader returns
 //!   a ring separate, as the file stores it: reading costs what the bytes back and copies
 //!   nothing (`tests/crafted_files.rs`
 //!   `a_ring_is_read_separate_and_interleaved_on_request`); a service that keeps the ring
@@ -41,6 +43,7 @@ use crate::layout::{for_each_in_line, reduce};
 use crate::params::BLOCK_BITS;
 use crate::{BloomFilter, Layout};
 
+use super::builder::MAX_GENERATIONS;
 use super::filter::WindowedFilter;
 
 /// How a [`WindowedFilter`]'s generations lie in memory. Both answer alike and save the
@@ -51,7 +54,7 @@ pub enum RingLayout {
     /// (what many small filters, one per user, want). A lookup's `N` lines are in `N`
     /// allocations.
     Separate,
-    /// One allocation for the whole ring, made at the first key, with line `i` of every
+    /// One allocation for the whole ring, made with the filter, with line `i` of every
     /// generation side by side: a lookup's `N` lines are adjacent, so out of cache it costs
     /// about one miss, not `N`. Not for the Classic layout.
     Interleaved,
@@ -78,12 +81,9 @@ impl RingLayout {
 pub(super) enum Generations {
     /// Ring index `g`'s generation is `cells[g]`, allocated at its first key.
     Separate(Box<[OnceLock<BloomFilter>]>),
-    /// Ring index `g`'s line `i` is line `i·ring + g` of the array, allocated at the first
-    /// key into any generation.
-    Interleaved {
-        lines: OnceLock<BitVector>,
-        ring: usize,
-    },
+    /// Ring index `g`'s line `i` is line `i·ring + g` of the array, allocated with the
+    /// filter (zeroed: the system maps its pages as keys first touch them).
+    Interleaved(BitVector),
 }
 
 impl Generations {
@@ -100,24 +100,20 @@ impl Generations {
             ),
             RingLayout::Interleaved => {
                 let ring = stored.len();
-                let lines = OnceLock::new();
-                if stored.iter().any(Option::is_some) {
-                    let all = interleaved_array(shape, ring);
-                    for (g, generation) in stored.iter().enumerate() {
-                        let Some(generation) = generation else {
-                            continue;
-                        };
-                        for i in 0..(shape.slots / BLOCK_BITS) as usize {
-                            let from = generation.line(i);
-                            let to = (i * ring + g) * 8;
-                            for (w, word) in from.0.iter().enumerate() {
-                                all.or_word(to + w, word.load(crate::sync::Ordering::Relaxed));
-                            }
+                let all = BitVector::zeroed(shape.slots.div_ceil(64) as usize * ring);
+                for (g, generation) in stored.iter().enumerate() {
+                    let Some(generation) = generation else {
+                        continue;
+                    };
+                    for i in 0..(shape.slots / BLOCK_BITS) as usize {
+                        let from = generation.line(i);
+                        let to = (i * ring + g) * 8;
+                        for (w, word) in from.0.iter().enumerate() {
+                            all.or_word(to + w, word.load(crate::sync::Ordering::Relaxed));
                         }
                     }
-                    let _ = lines.set(all);
                 }
-                Self::Interleaved { lines, ring }
+                Self::Interleaved(all)
             }
         }
     }
@@ -132,10 +128,8 @@ impl Generations {
                 .zip(written)
                 .map(|(cell, &w)| cell.into_inner().filter(|_| w))
                 .collect(),
-            Self::Interleaved { lines, ring } => {
-                let Some(all) = lines.into_inner() else {
-                    return (0..ring).map(|_| None).collect();
-                };
+            Self::Interleaved(all) => {
+                let ring = written.len();
                 (0..ring)
                     .map(|slot| written[slot].then(|| gather(&all, ring, slot, shape)))
                     .collect()
@@ -146,14 +140,7 @@ impl Generations {
     pub(super) fn ring_layout(&self) -> RingLayout {
         match self {
             Self::Separate(_) => RingLayout::Separate,
-            Self::Interleaved { .. } => RingLayout::Interleaved,
-        }
-    }
-
-    pub(super) fn len(&self) -> usize {
-        match self {
-            Self::Separate(cells) => cells.len(),
-            Self::Interleaved { ring, .. } => *ring,
+            Self::Interleaved(_) => RingLayout::Interleaved,
         }
     }
 }
@@ -166,11 +153,6 @@ fn gather(all: &BitVector, ring: usize, slot: usize, shape: &Shape) -> BloomFilt
     BloomFilter::from_parts(shape.clone(), Some(BitVector::from_words(words)))
 }
 
-/// A zeroed array for `ring` generations of `shape`, interleaved.
-fn interleaved_array(shape: &Shape, ring: usize) -> BitVector {
-    BitVector::zeroed(shape.slots.div_ceil(64) as usize * ring)
-}
-
 impl WindowedFilter {
     /// Ring index `slot`'s line `index`, if that generation was ever allocated (Blocked and
     /// SplitBlock).
@@ -178,9 +160,7 @@ impl WindowedFilter {
     pub(super) fn line(&self, slot: usize, index: usize) -> Option<&Line> {
         match &self.generations {
             Generations::Separate(cells) => cells[slot].get().map(|g| g.line(index)),
-            Generations::Interleaved { lines, ring } => {
-                lines.get().map(|all| all.block(index * ring + slot))
-            }
+            Generations::Interleaved(all) => Some(all.block(index * self.ring_len() + slot)),
         }
     }
 
@@ -191,9 +171,8 @@ impl WindowedFilter {
             Generations::Separate(cells) => {
                 cells[slot].get_or_init(|| BloomFilter::from_parts(self.shape.clone(), None));
             }
-            Generations::Interleaved { lines, ring } => {
-                lines.get_or_init(|| interleaved_array(&self.shape, *ring));
-            }
+            // Allocated with the filter.
+            Generations::Interleaved(_) => {}
         }
     }
 
@@ -205,13 +184,10 @@ impl WindowedFilter {
             Generations::Separate(cells) => cells[slot]
                 .get()
                 .is_some_and(|generation| generation.insert_hash(h)),
-            Generations::Interleaved { lines, ring } => {
-                let Some(all) = lines.get() else {
-                    return false;
-                };
+            Generations::Interleaved(all) => {
                 // As `BloomFilter::insert_hash` on the generation's own line.
-                let index = reduce(h.h1, self.num_blocks) as usize;
-                let line = index * ring + slot;
+                let index = reduce(h.h1, self.num_blocks()) as usize;
+                let line = index * self.ring_len() + slot;
                 if self.line_holds(all.block(line), h) {
                     return false;
                 }
@@ -229,8 +205,8 @@ impl WindowedFilter {
     pub(super) fn generation_holds(&self, slot: usize, h: KeyHash) -> bool {
         match &self.generations {
             Generations::Separate(cells) => cells[slot].get().is_some_and(|g| g.contains_hash(h)),
-            Generations::Interleaved { .. } => {
-                let index = reduce(h.h1, self.num_blocks) as usize;
+            Generations::Interleaved(_) => {
+                let index = reduce(h.h1, self.num_blocks()) as usize;
                 self.line(slot, index)
                     .is_some_and(|line| self.line_holds(line, h))
             }
@@ -255,11 +231,9 @@ impl WindowedFilter {
                     g.prefetch(h);
                 }
             }
-            Generations::Interleaved { lines, ring } => {
-                if let Some(all) = lines.get() {
-                    let index = reduce(h.h1, self.num_blocks) as usize;
-                    all.prefetch((index * ring + slot) * 8);
-                }
+            Generations::Interleaved(all) => {
+                let index = reduce(h.h1, self.num_blocks()) as usize;
+                all.prefetch((index * self.ring_len() + slot) * 8);
             }
         }
     }
@@ -272,11 +246,7 @@ impl WindowedFilter {
                     g.clear();
                 }
             }
-            Generations::Interleaved { lines, ring } => {
-                if let Some(all) = lines.get() {
-                    all.clear_lines(slot, *ring);
-                }
-            }
+            Generations::Interleaved(all) => all.clear_lines(slot, self.ring_len()),
         }
     }
 
@@ -285,54 +255,47 @@ impl WindowedFilter {
     pub(super) fn generation_at(&self, slot: usize) -> Option<Cow<'_, BloomFilter>> {
         match &self.generations {
             Generations::Separate(cells) => cells[slot].get().map(Cow::Borrowed),
-            Generations::Interleaved { lines, ring } => {
-                let all = lines.get()?;
-                Some(Cow::Owned(gather(all, *ring, slot, &self.shape)))
-            }
+            // A generation that took no key since its last clear is zero lines: no copy.
+            Generations::Interleaved(all) => self
+                .ring_has_keys(slot)
+                .then(|| Cow::Owned(gather(all, self.ring_len(), slot, &self.shape))),
         }
     }
 }
 
-/// `epoch mod (N + 1)` without a division (a 64-bit `div` is tens of cycles, as much as the
+/// `epoch mod ring` without a division (a 64-bit `div` is tens of cycles, as much as the
 /// rest of an in-cache lookup): Lemire, Kaser and Kurz, "Faster remainder by direct
 /// computation" (2019), whose 128-bit `M = ⌊(2¹²⁸ − 1)/d⌋ + 1` gives the exact remainder of
-/// every 64-bit numerator (`ring_index_is_the_remainder` checks it against `%`).
-#[derive(Clone, Copy, Debug)]
-pub(super) struct RingIndex {
-    ring: u64,
-    m: u128,
+/// every 64-bit numerator (`ring_index_is_the_remainder` checks it against `%`). The `M` of
+/// every ring size is computed at compile time, so a filter stores none.
+#[inline(always)]
+pub(super) fn ring_index(epoch: u64, ring: usize) -> usize {
+    let low = REMAINDER_MAGIC[ring].wrapping_mul(u128::from(epoch));
+    let d = ring as u128;
+    let bottom = ((low as u64) as u128 * d) >> 64;
+    let top = (low >> 64) * d;
+    ((bottom + top) >> 64) as usize
 }
 
-impl RingIndex {
-    /// For a ring of `ring` ≥ 2 generations.
-    pub(super) fn new(ring: u64) -> Self {
-        debug_assert!(ring >= 2);
-        Self {
-            ring,
-            m: u128::MAX / u128::from(ring) + 1,
-        }
+/// `M` for each ring size `d` from 2 to `MAX_GENERATIONS + 1` (0 below: not a ring).
+static REMAINDER_MAGIC: [u128; MAX_GENERATIONS as usize + 2] = {
+    let mut m = [0u128; MAX_GENERATIONS as usize + 2];
+    let mut d = 2;
+    while d < m.len() {
+        m[d] = u128::MAX / d as u128 + 1;
+        d += 1;
     }
-
-    /// `epoch mod ring`.
-    #[inline(always)]
-    pub(super) fn of(self, epoch: u64) -> usize {
-        let low = self.m.wrapping_mul(u128::from(epoch));
-        let d = u128::from(self.ring);
-        let bottom = ((low as u64) as u128 * d) >> 64;
-        let top = (low >> 64) * d;
-        ((bottom + top) >> 64) as usize
-    }
-}
+    m
+};
 
 #[cfg(test)]
 mod tests {
-    use super::RingIndex;
+    use super::ring_index;
 
     #[test]
     fn ring_index_is_the_remainder() {
         let mut x = 0x9E37_79B9_7F4A_7C15u64;
         for ring in 2..=65u64 {
-            let index = RingIndex::new(ring);
             let edges = [
                 0,
                 1,
@@ -350,7 +313,7 @@ mod tests {
                 x >> (x % 64)
             })) {
                 assert_eq!(
-                    index.of(epoch),
+                    ring_index(epoch, ring as usize),
                     (epoch % ring) as usize,
                     "{epoch} mod {ring}"
                 );
