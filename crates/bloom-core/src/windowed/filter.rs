@@ -358,10 +358,7 @@ impl WindowedFilter {
         let last = ring_index(newest, self.ring_len());
         let index = reduce(h.h1, self.num_blocks()) as usize;
         let run = all.blocks(index * ring, ring);
-        let test = |lines: &[Line]| match self.shape.layout {
-            Layout::SplitBlock => self.probe.any_contains_split(lines, h.split_word()),
-            _ => self.probe.any_contains(lines, h, self.shape.hashes),
-        };
+        let test = |lines: &[Line]| self.lines_hold(lines, h);
         if count <= last + 1 {
             test(&run[last + 1 - count..=last])
         } else {
@@ -396,13 +393,7 @@ impl WindowedFilter {
             return slots.any(|slot| self.generation_holds(slot, h));
         }
         let index = reduce(h.h1, self.num_blocks()) as usize;
-        let test = |lines: &[Option<&Line>]| {
-            let lines = lines.iter().flatten().copied();
-            match self.shape.layout {
-                Layout::SplitBlock => self.probe.any_contains_split(lines, h.split_word()),
-                _ => self.probe.any_contains(lines, h, self.shape.hashes),
-            }
-        };
+        let test = |lines: &[Option<&Line>]| self.lines_hold(lines.iter().flatten().copied(), h);
         let mut batch = [None; 8];
         let mut queued = 0;
         let mut found = false;

@@ -216,9 +216,21 @@ impl WindowedFilter {
     /// Whether `line` holds every bit of the key hashed to `h`.
     #[inline(always)]
     fn line_holds(&self, line: &Line, h: KeyHash) -> bool {
+        self.lines_hold([line], h)
+    }
+
+    /// Whether any of `lines` (Blocked or SplitBlock, all of the ring's shape) holds every bit
+    /// of the key hashed to `h`, tested in one SIMD call: the one place a windowed lookup picks
+    /// its layout's test.
+    #[inline(always)]
+    pub(super) fn lines_hold<'a>(
+        &self,
+        lines: impl IntoIterator<Item = &'a Line>,
+        h: KeyHash,
+    ) -> bool {
         match self.shape.layout {
-            Layout::SplitBlock => self.probe.contains_split(line, h.split_word()),
-            _ => self.probe.contains(line, h, self.shape.hashes),
+            Layout::SplitBlock => self.probe.any_contains_split(lines, h.split_word()),
+            _ => self.probe.any_contains(lines, h, self.shape.hashes),
         }
     }
 
