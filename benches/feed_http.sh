@@ -35,8 +35,10 @@
 # The default flags: the issue's 100,000 users, 32 connections and 2 threads; 3 rounds of
 # 28 s a run.
 # BUDGET_MIB (default 512) is the filters' memory budget: 100,000 filters fit, so none is
-# evicted (set BUDGET_MIB=64 to measure evictions and loads from the store directory). Both
-# services store into their own temporary directory (`fsync` off); the service stores the
+# evicted (set BUDGET_MIB=64 to measure evictions and loads from the store). Both services
+# store into their own temporary directory (`fsync` off): STORE=sqlite (the default, `feed
+# --store sqlite`: one database file, a flush's 512 users a transaction) or STORE=files (one
+# file per user, `--store files`); the service stores the
 # filters changed since the last flush every FLUSH_SECS (default: `feed --serve`'s own, 30 s;
 # FLUSH_SECS=3600 leaves the store out of the runs, to separate the filters in memory from
 # the store).
@@ -60,6 +62,7 @@ WARM_SECS=${WARM_SECS:-15}
 ROUNDS=${ROUNDS:-3}
 BUDGET_MIB=${BUDGET_MIB:-512}
 FLUSH_SECS=${FLUSH_SECS:-}
+STORE=${STORE:-sqlite}
 ITEMS_PER_SEC=${ITEMS_PER_SEC:-10}
 WINDOW_SECS=${WINDOW_SECS:-10}
 PERF=${PERF:-0}
@@ -100,7 +103,7 @@ start() {
     shift
     local flush=()
     [ -n "$FLUSH_SECS" ] && flush=(--flush-secs "$FLUSH_SECS")
-    "$BIN" --serve --port 0 --store-dir "$work/$name-store" --budget-mib "$BUDGET_MIB" \
+    "$BIN" --serve --port 0 --store "$STORE" --store-dir "$work/$name-store" --budget-mib "$BUDGET_MIB" \
         --window-secs "$WINDOW_SECS" --items-per-day $((ITEMS_PER_SEC * 86400)) \
         "${flush[@]}" "$@" \
         >"$work/$name.log" 2>&1 &
@@ -194,7 +197,7 @@ mix() {
 
 cores=$(nproc)
 echo "feed_http: feed --serve on $filter_addr (filters) and $nofilter_addr (--no-filter);" \
-    "--budget-mib $BUDGET_MIB --flush-secs ${FLUSH_SECS:-(default)} --window-secs $WINDOW_SECS" \
+    "--store $STORE --budget-mib $BUDGET_MIB --flush-secs ${FLUSH_SECS:-(default)} --window-secs $WINDOW_SECS" \
     "--items-per-day $((ITEMS_PER_SEC * 86400)); $USERS users, wrk -c $CONNECTIONS -t $THREADS -d ${SECS}s," \
     "$ROUNDS rounds A/B; store: a temporary directory"
 echo "feed_http: NOTE: $cores cores shared by both services and wrk (the load generator takes" \

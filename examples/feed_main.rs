@@ -27,7 +27,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use bloom_core::windowed::{Clock, ManualClock, SystemClock};
-use bloom_examples::feed::{Catalog, Feed, FeedConfig, FeedStore, SimulationConfig, simulate};
+use bloom_examples::feed::{
+    Catalog, Feed, FeedConfig, FeedStore, LocalStore, SimulationConfig, simulate,
+};
 use bloom_examples::serve;
 use clap::Parser;
 
@@ -47,6 +49,10 @@ struct Cli {
     /// subdirectory of it and removes it at the end.
     #[arg(long, default_value = "data/feed-filters")]
     store_dir: std::path::PathBuf,
+    /// What the store directory holds, when REDIS_URL is not set: one SQLite file
+    /// (`filters.db`; a flush writes 512 users a transaction) or one file per user.
+    #[arg(long, value_enum, default_value_t = LocalStore::Sqlite)]
+    store: LocalStore,
     /// Redis as the store instead of the directory.
     #[arg(long, env = "REDIS_URL")]
     redis_url: Option<String>,
@@ -139,7 +145,7 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn serve(cli: &Cli, config: FeedConfig) -> anyhow::Result<()> {
-    let store = FeedStore::open(cli.redis_url.as_deref(), &cli.store_dir).await?;
+    let store = FeedStore::open(cli.redis_url.as_deref(), cli.store, &cli.store_dir).await?;
     let feed = Feed::new(store, config, Arc::new(SystemClock))?;
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", cli.port)).await?;
     // Installed before it says it listens: a signal from then on stops it gracefully.
@@ -185,7 +191,7 @@ async fn run_simulation(cli: &Cli, config: FeedConfig) -> anyhow::Result<()> {
     let dir = run
         .as_ref()
         .map_or(cli.store_dir.clone(), |d| d.path().to_owned());
-    let store = match FeedStore::open(cli.redis_url.as_deref(), &dir).await? {
+    let store = match FeedStore::open(cli.redis_url.as_deref(), cli.store, &dir).await? {
         // A fresh key space per run.
         FeedStore::Redis(r) => {
             FeedStore::Redis(r.prefix(format!("feed:shown:{}:", std::process::id())))

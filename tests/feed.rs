@@ -2,14 +2,15 @@
 //! --example feed`), the per-user windowed filters of `bloom_tower::filter_set` behind a real
 //! TCP socket:
 //!
-//! * `the_simulated_feed_never_shows_an_item_twice_within_the_window` (the directory store)
-//!   and `the_simulated_feed_on_redis_never_shows_an_item_twice_within_the_window` (Redis,
-//!   when `redis-server` is installed), run side by side: a small simulation (10,000 users,
+//! * `the_simulated_feed_never_shows_an_item_twice_within_the_window` (the SQLite store, the
+//!   default), `the_simulated_feed_on_files_never_shows_an_item_twice_within_the_window` (one
+//!   file per user) and `the_simulated_feed_on_redis_never_shows_an_item_twice_within_the_window`
+//!   (Redis, when `redis-server` is installed), run side by side: a small simulation (10,000 users,
 //!   10 days, 600 requests a day, so a regular user is shown about 40 items a week, within
 //!   the 100 each filter is sized for; a budget that holds a fraction of the users, so
 //!   filters are evicted and loaded back): 0 items shown twice within 7 days, the wrongly
 //!   withheld rate within p + 3σ, evictions and loads both happened.
-//! * `a_killed_feed_service_loses_no_item_it_acknowledged`: the service with `--durable` and
+//! * `a_killed_feed_service_loses_no_item_it_acknowledged`: the service (SQLite store) with `--durable` and
 //!   a 1 MiB budget, hammered by concurrent clients, `kill -9`ed at a random moment once a
 //!   round has served 600 users (while it is storing: every response stores a filter, and
 //!   evictions store more) three times; after
@@ -92,6 +93,14 @@ fn check_simulation(out: &str) {
 #[test]
 fn the_simulated_feed_never_shows_an_item_twice_within_the_window() {
     let out = simulate(&[], &[("REDIS_URL", None)]);
+    assert!(out.contains("store sqlite"), "{out}");
+    check_simulation(&out);
+    eprintln!("{out}");
+}
+
+#[test]
+fn the_simulated_feed_on_files_never_shows_an_item_twice_within_the_window() {
+    let out = simulate(&["--store", "files"], &[("REDIS_URL", None)]);
     assert!(out.contains("store directory"), "{out}");
     check_simulation(&out);
     eprintln!("{out}");

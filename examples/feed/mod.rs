@@ -35,5 +35,5 @@
 mod service;
 mod simulate;
 
-pub use service::{Catalog, Feed, FeedConfig, FeedStore};
+pub use service::{Catalog, Feed, FeedConfig, FeedStore, LocalStore};
 pub use simulate::{Report, SimulationConfig, simulate};

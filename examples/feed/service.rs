@@ -12,29 +12,60 @@ use axum::routing::get;
 use axum::{Json, Router};
 use bloom_core::windowed::{Clock, Window, WindowedFilter};
 use bloom_redis::RedisFilterStore;
-use bloom_tower::filter_set::{DirectoryStore, FilterSet, FilterSetError, FilterStore, StoreError};
+use bloom_tower::filter_set::{
+    DirectoryStore, FilterSet, FilterSetError, FilterStore, SqliteStore, StoreError,
+};
 use serde_json::json;
 
-/// Where evicted filters go: a directory, or Redis.
+/// Where evicted filters go: one SQLite file, a directory, or Redis.
 #[derive(Clone, Debug)]
 pub enum FeedStore {
-    /// One file per user (`fsync` off: a killed process loses nothing, a power cut may).
+    /// One row per user in `<dir>/filters.db` (`fsync` off: a killed process loses
+    /// nothing, a power cut may); a flush writes 512 users a transaction.
+    Sqlite(SqliteStore, std::path::PathBuf),
+    /// One file per user (`fsync` off, as above).
     Directory(DirectoryStore),
     /// One Redis string per user.
     Redis(RedisFilterStore),
 }
 
+/// Where a feed without Redis keeps its filters (`--store`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LocalStore {
+    /// One SQLite database file, `filters.db`, in the store directory.
+    #[default]
+    Sqlite,
+    /// One file per user under the store directory.
+    Files,
+}
+
 impl FeedStore {
-    /// Redis when `redis_url` is set, else the directory.
-    pub async fn open(redis_url: Option<&str>, dir: &std::path::Path) -> anyhow::Result<Self> {
-        Ok(match redis_url {
-            Some(url) => Self::Redis(
+    /// Redis when `redis_url` is set, else `local` in `dir`.
+    pub async fn open(
+        redis_url: Option<&str>,
+        local: LocalStore,
+        dir: &std::path::Path,
+    ) -> anyhow::Result<Self> {
+        Ok(match (redis_url, local) {
+            (Some(url), _) => Self::Redis(
                 RedisFilterStore::connect(url)
                     .await
                     .context("connecting to Redis for the filter store")?
                     .prefix("feed:shown:"),
             ),
-            None => Self::Directory(
+            (None, LocalStore::Sqlite) => {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("creating {}", dir.display()))?;
+                let file = dir.join("filters.db");
+                let store = SqliteStore::builder(&file)
+                    .table("feed_shown")
+                    .sync(false)
+                    .open()
+                    .await
+                    .with_context(|| format!("opening {}", file.display()))?;
+                Self::Sqlite(store, file)
+            }
+            (None, LocalStore::Files) => Self::Directory(
                 DirectoryStore::new(dir)
                     .with_context(|| format!("creating {}", dir.display()))?
                     .sync(false),
@@ -42,17 +73,11 @@ impl FeedStore {
         })
     }
 
-    /// `redis` or `directory <path>`.
+    /// `sqlite <file>`, `directory <path>` or `redis`.
     pub fn describe(&self) -> String {
         match self {
-            Self::Directory(d) => format!(
-                "directory {}",
-                d.path_of("x")
-                    .parent()
-                    .and_then(|p| p.parent())
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default()
-            ),
+            Self::Sqlite(_, file) => format!("sqlite {}", file.display()),
+            Self::Directory(d) => format!("directory {}", d.root().display()),
             Self::Redis(_) => "redis".to_owned(),
         }
     }
@@ -61,6 +86,7 @@ impl FeedStore {
 impl FilterStore for FeedStore {
     async fn load(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
         match self {
+            Self::Sqlite(s, _) => s.load(name).await,
             Self::Directory(s) => s.load(name).await,
             Self::Redis(s) => s.load(name).await,
         }
@@ -68,10 +94,36 @@ impl FilterStore for FeedStore {
 
     async fn store(&self, name: &str, bytes: Vec<u8>) -> Result<(), StoreError> {
         match self {
+            Self::Sqlite(s, _) => s.store(name, bytes).await,
             Self::Directory(s) => s.store(name, bytes).await,
             Self::Redis(s) => s.store(name, bytes).await,
         }
     }
+
+    /// The largest of the three's batches: each store splits what is over its own.
+    const MAX_BATCH: usize = SqliteStore::MAX_BATCH;
+
+    async fn store_many(&self, batch: Vec<(String, Vec<u8>)>) -> Result<(), StoreError> {
+        match self {
+            Self::Sqlite(s, _) => s.store_many(batch).await,
+            Self::Directory(s) => store_in_batches(s, batch).await,
+            Self::Redis(s) => store_in_batches(s, batch).await,
+        }
+    }
+}
+
+/// `batch` handed to `store` in batches of its own size.
+async fn store_in_batches<S: FilterStore>(
+    store: &S,
+    mut batch: Vec<(String, Vec<u8>)>,
+) -> Result<(), StoreError> {
+    while !batch.is_empty() {
+        let rest = batch.split_off(batch.len().min(S::MAX_BATCH.max(1)));
+        store
+            .store_many(std::mem::replace(&mut batch, rest))
+            .await?;
+    }
+    Ok(())
 }
 
 /// The items on offer at a time: `per_day` new items every day, ids counting up; the

@@ -2,9 +2,10 @@
 //! filters in Redis.
 //!
 //! Each filter is one Redis string, `<prefix><name>` (prefix `"bloom:set:"` by default),
-//! holding the filter's bytes as `FilterSet` hands them over. `store` is one `SET` and `load`
-//! one `GET`: Redis applies a command only once it has received it whole, so a process killed
-//! mid-store leaves the key with its old value or its new one, never a part. A completed
+//! holding the filter's bytes as `FilterSet` hands them over. `store` is one `SET`, a flush's
+//! batch (`store_many`, up to 256 filters) one pipeline of `SET`s in one round trip, and
+//! `load` one `GET`: Redis applies a command only once it has received it whole, so a process
+//! killed mid-store leaves each key with its old value or its new one, never a part. A completed
 //! store is in Redis's memory, so it survives this process; whether it survives a Redis
 //! restart or a lost machine is Redis's own durability (RDB snapshots, AOF with its
 //! `appendfsync` setting, and, with replicas, asynchronous replication), not this store's.
@@ -157,6 +158,21 @@ impl FilterStore for RedisFilterStore {
         let mut cmd = redis::cmd("SET");
         cmd.arg(self.key_of(name)).arg(bytes);
         self.query(cmd).await
+    }
+
+    /// A batch is one pipeline of `SET`s: one round trip.
+    const MAX_BATCH: usize = 256;
+
+    async fn store_many(&self, batch: Vec<(String, Vec<u8>)>) -> Result<(), StoreError> {
+        let mut pipe = redis::pipe();
+        for (name, bytes) in batch {
+            pipe.cmd("SET").arg(self.key_of(&name)).arg(bytes).ignore();
+        }
+        let mut conn = self.conn.clone();
+        match tokio::time::timeout(self.timeout, pipe.query_async::<()>(&mut conn)).await {
+            Ok(result) => result.map_err(StoreError::backend),
+            Err(_elapsed) => Err(StoreError::Timeout(self.timeout)),
+        }
     }
 }
 

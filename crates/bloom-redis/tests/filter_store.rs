@@ -203,3 +203,50 @@ async fn a_dead_redis_is_an_error_and_a_restarted_one_is_used_again() -> TestRes
     assert_eq!(store.load("k").await?, Some(b"back".to_vec()));
     Ok(())
 }
+
+#[tokio::test]
+async fn a_batch_stores_every_filter_and_a_stalled_redis_fails_it_within_the_timeout() -> TestResult
+{
+    let Some(mut server) = common::start() else {
+        return Ok(());
+    };
+    let timeout = Duration::from_millis(300);
+    let store = RedisFilterStore::connect(&server.url())
+        .await?
+        .timeout(timeout)
+        .prefix("batch:");
+    let batch: Vec<(String, Vec<u8>)> = (0..300u32)
+        .map(|i| (format!("user/{i}"), i.to_le_bytes().to_vec()))
+        .collect();
+    store.store_many(batch).await?;
+    for i in 0..300u32 {
+        assert_eq!(
+            store.load(&format!("user/{i}")).await?,
+            Some(i.to_le_bytes().to_vec())
+        );
+    }
+
+    // A set's flush goes through batches; a stalled Redis fails them, the filters stay
+    // changed in memory and the next flush after Redis resumes stores them.
+    let set = FilterSet::<u64, _>::builder(store.clone())
+        .plain(100, 0.01)?
+        .build();
+    for user in 0..600u64 {
+        set.insert(&user, &user).await?;
+    }
+    server.pause();
+    let started = Instant::now();
+    let error = tokio::time::timeout(HANG, set.flush()).await?.unwrap_err();
+    assert!(started.elapsed() < HANG, "{error}");
+    assert!(error.to_string().contains("no answer within"), "{error}");
+    server.resume();
+    assert_eq!(tokio::time::timeout(HANG, set.flush()).await??, 600);
+    for user in 0..600u64 {
+        let bytes = store.load(&user.to_string()).await?.expect("stored");
+        assert!(
+            AnyFilter::from_bytes(&bytes)?.contains(&user),
+            "user {user}"
+        );
+    }
+    Ok(())
+}

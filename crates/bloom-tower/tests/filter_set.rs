@@ -462,3 +462,171 @@ fn an_older_copy_never_lands_after_a_newer_one() {
         );
     });
 }
+
+/// [`TestStore`] taking up to 16 filters a call, as a store that writes a batch at once
+/// (SQL transaction, Redis pipeline) does; records the size of every batch.
+#[derive(Clone, Default)]
+struct Batching {
+    inner: TestStore,
+    batches: Arc<Mutex<Vec<usize>>>,
+}
+
+impl FilterStore for Batching {
+    const MAX_BATCH: usize = 16;
+
+    async fn load(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.load(name).await
+    }
+
+    async fn store(&self, name: &str, bytes: Vec<u8>) -> Result<(), StoreError> {
+        self.inner.store(name, bytes).await
+    }
+
+    async fn store_many(&self, batch: Vec<(String, Vec<u8>)>) -> Result<(), StoreError> {
+        self.batches.lock().unwrap().push(batch.len());
+        for (name, bytes) in batch {
+            self.inner.store(&name, bytes).await?;
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_flush_hands_a_batching_store_its_filters_in_batches() {
+    let store = Batching::default();
+    let set = FilterSet::<u64, _>::builder(store.clone())
+        .new_filter(plain_for)
+        .build();
+    runtime().block_on(async {
+        for u in 0..40u64 {
+            set.insert(&u, "x").await.unwrap();
+        }
+        assert_eq!(set.flush().await.unwrap(), 40);
+        assert_eq!(set.flush().await.unwrap(), 0);
+    });
+    let mut batches = store.batches.lock().unwrap().clone();
+    batches.sort_unstable();
+    assert_eq!(batches, [8, 16, 16], "40 filters in batches of at most 16");
+    let files = store.inner.files.lock().unwrap();
+    for u in 0..40u64 {
+        assert!(
+            AnyFilter::from_bytes(&files[&u.to_string()])
+                .unwrap()
+                .contains("x"),
+            "user {u}"
+        );
+    }
+}
+
+#[test]
+fn a_failed_batch_leaves_every_filter_of_it_to_the_next_flush() {
+    let store = Batching::default();
+    let set = FilterSet::<u64, _>::builder(store.clone())
+        .new_filter(plain_for)
+        .build();
+    runtime().block_on(async {
+        for u in 0..20u64 {
+            set.insert(&u, "x").await.unwrap();
+        }
+        store.inner.fail_stores.store(true, Ordering::SeqCst);
+        assert!(matches!(
+            set.flush().await,
+            Err(FilterSetError::Store { .. })
+        ));
+        assert_eq!(set.stats().store_errors, 20);
+        store.inner.fail_stores.store(false, Ordering::SeqCst);
+        assert_eq!(
+            set.flush().await.unwrap(),
+            20,
+            "the failed filters are stored next time"
+        );
+    });
+    assert_eq!(store.inner.files.lock().unwrap().len(), 20);
+}
+
+#[test]
+fn a_cancelled_flush_leaves_its_filters_to_the_next() {
+    for batching in [false, true] {
+        let store = Batching::default();
+        runtime().block_on(async {
+            let flushed = |set_flush: Result<usize, FilterSetError>| set_flush.unwrap();
+            let (first, second) = if batching {
+                let set = FilterSet::<u64, _>::builder(store.clone())
+                    .new_filter(plain_for)
+                    .build();
+                cancel_then_flush(&set, &store.inner).await
+            } else {
+                let set = FilterSet::<u64, _>::builder(store.inner.clone())
+                    .new_filter(plain_for)
+                    .build();
+                cancel_then_flush(&set, &store.inner).await
+            };
+            assert!(first.is_err(), "the first flush was cancelled");
+            assert_eq!(
+                flushed(second),
+                3,
+                "batching {batching}: the next flush stores them"
+            );
+        });
+        assert_eq!(
+            store.inner.files.lock().unwrap().len(),
+            3,
+            "batching {batching}"
+        );
+    }
+}
+
+/// Writes three users, cancels a flush while its stores are under way, then flushes again.
+async fn cancel_then_flush<S: FilterStore>(
+    set: &FilterSet<u64, S>,
+    store: &TestStore,
+) -> (
+    Result<Result<usize, FilterSetError>, tokio::time::error::Elapsed>,
+    Result<usize, FilterSetError>,
+) {
+    for u in 0..3u64 {
+        set.insert(&u, "x").await.unwrap();
+    }
+    *store.store_delay.lock().unwrap() = Duration::from_millis(200);
+    let first = tokio::time::timeout(Duration::from_millis(20), set.flush()).await;
+    *store.store_delay.lock().unwrap() = Duration::ZERO;
+    (first, set.flush().await)
+}
+
+#[test]
+fn a_flush_waits_for_a_store_of_a_key_under_way_and_stores_what_came_after() {
+    // A key's store is under way (its turn taken) when a batching flush reaches it, and the
+    // key took a write after that store's copy: the flush stores it after the slow store.
+    let store = Batching::default();
+    let set = Arc::new(
+        FilterSet::<u64, _>::builder(store.clone())
+            .new_filter(plain_for)
+            .build(),
+    );
+    runtime().block_on(async {
+        for u in 0..10u64 {
+            set.insert(&u, "old").await.unwrap();
+        }
+        assert_eq!(set.flush().await.unwrap(), 10);
+        set.insert(&1, "mid").await.unwrap();
+        *store.inner.store_delay.lock().unwrap() = Duration::from_millis(100);
+        let slow = {
+            let set = set.clone();
+            tokio::spawn(async move { set.flush_key(&1).await.unwrap() })
+        };
+        tokio::time::sleep(Duration::from_millis(10)).await; // the slow store is under way
+        *store.inner.store_delay.lock().unwrap() = Duration::ZERO;
+        set.insert(&1, "new").await.unwrap();
+        set.insert(&2, "new").await.unwrap();
+        assert_eq!(set.flush().await.unwrap(), 2);
+        assert!(slow.await.unwrap());
+        let files = store.inner.files.lock().unwrap();
+        for u in [1, 2] {
+            let stored = AnyFilter::from_bytes(&files[&u.to_string()]).unwrap();
+            assert!(
+                stored.contains("new"),
+                "user {u}: a write before the flush is not stored"
+            );
+        }
+    });
+}

@@ -282,19 +282,37 @@ impl FilterStore for DirectoryStore {
     }
 
     async fn store(&self, name: &str, bytes: Vec<u8>) -> Result<(), StoreError> {
-        let path = self.path_of(name);
-        let sync = self.sync;
-        let named = is_named(name).then(|| name.to_owned());
+        let store = self.clone();
+        let name = name.to_owned();
+        blocking(move || store.write(&name, &bytes)).await
+    }
+
+    /// A batch's files are written in one trip to a blocking thread, one after another.
+    const MAX_BATCH: usize = 64;
+
+    async fn store_many(&self, batch: Vec<(String, Vec<u8>)>) -> Result<(), StoreError> {
+        let store = self.clone();
         blocking(move || {
-            let written = match named {
-                Some(name) => check_owner(&path, &name)
-                    .and_then(|()| named_file(&name, &bytes))
-                    .and_then(|file| write_atomically(&path, &file, sync)),
-                None => write_atomically(&path, &bytes, sync),
-            };
-            written.map_err(|e| io_error(&path, e))
+            batch
+                .iter()
+                .try_for_each(|(name, bytes)| store.write(name, bytes))
         })
         .await
+    }
+}
+
+impl DirectoryStore {
+    /// Replaces `name`'s file atomically (on the calling thread).
+    fn write(&self, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        let path = self.path_of(name);
+        let written = if is_named(name) {
+            check_owner(&path, name)
+                .and_then(|()| named_file(name, bytes))
+                .and_then(|file| write_atomically(&path, &file, self.sync))
+        } else {
+            write_atomically(&path, bytes, self.sync)
+        };
+        written.map_err(|e| io_error(&path, e))
     }
 }
 

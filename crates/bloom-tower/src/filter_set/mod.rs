@@ -3,7 +3,8 @@
 //! A feed must not show a user an item twice within a week; a multi-tenant service keeps a
 //! filter per tenant. That is millions of small filters, of which only some are in use at any
 //! time. A `FilterSet` keeps the ones in use in memory, up to a byte budget, and evicts the
-//! least recently used to a [`FilterStore`]: a directory ([`DirectoryStore`]) or Redis
+//! least recently used to a [`FilterStore`]: a directory ([`DirectoryStore`], a file per
+//! filter), a SQLite file (`SqliteStore`, feature `sqlite-store`, a row per filter) or Redis
 //! (`bloom_redis::RedisFilterStore`). The next use of an evicted key loads its filter back.
 //! A key's filter is created on its first write, plain or windowed
 //! ([`FilterSetBuilder::plain`], [`FilterSetBuilder::windowed`]).
@@ -56,10 +57,13 @@
 //! * **Fast hits, parallel stores.** An operation on a filter in memory takes its shard's
 //!   read lock and writes nothing shared by all keys (no global LRU tick, no exclusive
 //!   lock), so threads on different keys do not contend. Loads of different keys run at
-//!   once; stores run up to 8 at a time (a [`flush`](FilterSet::flush) stores 8 filters at a
-//!   time; evictions by concurrent loads store side by side), and a key's stores land in the
-//!   order their copies were taken (`an_older_copy_never_lands_after_a_newer_one`,
-//!   `a_flush_stores_in_parallel_up_to_the_bound`). Measured by `benches/filter_set.rs`.
+//!   once; stores run up to 8 at a time (a [`flush`](FilterSet::flush) runs 8 stores at a
+//!   time, each of up to [`FilterStore::MAX_BATCH`] filters: one SQL transaction, one Redis
+//!   pipeline; evictions by concurrent loads store side by side), and a key's stores land in
+//!   the order their copies were taken (`an_older_copy_never_lands_after_a_newer_one`,
+//!   `a_flush_stores_in_parallel_up_to_the_bound`,
+//!   `a_flush_hands_a_batching_store_its_filters_in_batches`). Measured by
+//!   `benches/filter_set.rs`.
 //! * **Durability.** A write is in memory when it returns. It is in the store once the
 //!   filter is evicted, or once a [`flush`](FilterSet::flush) or
 //!   [`flush_key`](FilterSet::flush_key) that started after it returned `Ok`. Stores
@@ -68,7 +72,10 @@
 //!   acknowledged after a flush is lost (`tests/filter_set_kill.rs`; the feed example
 //!   under `kill -9`: the workspace's `tests/feed.rs`
 //!   `a_killed_feed_service_loses_no_item_it_acknowledged`). Run `flush` on a timer and at
-//!   shutdown; call `flush_key` before acknowledging a write that must survive a crash.
+//!   shutdown; call `flush_key` before acknowledging a write that must survive a crash. A
+//!   flush that fails or is cancelled leaves every filter it had not seen stored marked
+//!   changed, so the next flush stores it (`a_failed_batch_leaves_every_filter_of_it_to_the_next_flush`,
+//!   `a_cancelled_flush_leaves_its_filters_to_the_next`).
 //! * **Bad stored bytes are an error, not a fresh filter**: a key whose stored filter is
 //!   corrupted answers [`FilterSetError::Corrupt`] and its bytes are left for an operator
 //!   (replacing them with an empty filter would forget the key's history).
@@ -80,7 +87,8 @@
 //!   hot path, the lazily kept LRU order, bytes, and the guards that undo a cancelled load
 //!   or eviction.
 //! * `builder.rs`: [`FilterSetBuilder`]: budget, filter kind, name.
-//! * `store.rs`, `directory.rs`: [`FilterStore`], [`StoreError`], [`DirectoryStore`].
+//! * `store.rs`: [`FilterStore`] (its atomicity rule, batches), [`StoreError`].
+//! * `directory.rs`: [`DirectoryStore`]; `sqlite.rs`: `SqliteStore` (feature `sqlite-store`).
 //! * `stats.rs`, `error.rs`: [`FilterSetStats`] (and the `bloom_filter_set_*` metrics),
 //!   [`FilterSetError`].
 
@@ -89,6 +97,9 @@ mod directory;
 mod error;
 mod set;
 mod slots;
+#[cfg(feature = "sqlite-store")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite-store")))]
+mod sqlite;
 mod stats;
 mod store;
 
@@ -96,5 +107,8 @@ pub use builder::FilterSetBuilder;
 pub use directory::DirectoryStore;
 pub use error::FilterSetError;
 pub use set::{FilterSet, counted_bytes};
+#[cfg(feature = "sqlite-store")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite-store")))]
+pub use sqlite::{SqliteStore, SqliteStoreBuilder};
 pub use stats::FilterSetStats;
 pub use store::{FilterStore, StoreError};

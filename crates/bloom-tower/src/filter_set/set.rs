@@ -16,6 +16,19 @@ use super::slots::{self, Entry, EvictGuard, Found, LoadGuard, Peek, Slots};
 use super::stats::{Counters, FilterSetStats};
 use super::store::{FilterStore, StoreError};
 
+/// Entries whose copy went to the store and has not been acknowledged: dropped before their
+/// store turns are released (on an error, or with a cancelled flush), it marks them changed
+/// again, so a later flush stores them (`a_cancelled_flush_leaves_its_filters_to_the_next`).
+struct Unstored<'a>(Vec<&'a Arc<Entry>>);
+
+impl Drop for Unstored<'_> {
+    fn drop(&mut self) {
+        for entry in &self.0 {
+            entry.mark_dirty();
+        }
+    }
+}
+
 pub(crate) type NewFilter<K> = Arc<dyn Fn(&K) -> AnyFilter + Send + Sync>;
 pub(crate) type Decode = Arc<dyn Fn(&[u8]) -> Result<AnyFilter, DecodeError> + Send + Sync>;
 
@@ -265,13 +278,99 @@ where
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub async fn flush(&self) -> Result<usize, FilterSetError> {
+        let keys = self.slots.keys();
         let mut stored = 0;
         let mut first_error = None;
-        let mut flushes = stream::iter(self.slots.keys())
-            .map(|key| async move { self.flush_key(&key).await })
+        // Owned batches: a future that borrows its batch from `keys` is not `Send` for every
+        // lifetime, which `tokio::spawn` of a flush needs.
+        let batches: Vec<Vec<K>> = keys
+            .chunks(S::MAX_BATCH.max(1))
+            .map(<[K]>::to_vec)
+            .collect();
+        let mut flushes = stream::iter(batches)
+            .map(|batch| async move { self.flush_batch(&batch).await })
             .buffer_unordered(MAX_CONCURRENT_STORES);
-        while let Some(flushed) = flushes.next().await {
-            match flushed {
+        while let Some((n, error)) = flushes.next().await {
+            stored += n;
+            if let Some(e) = error {
+                first_error.get_or_insert(e);
+            }
+        }
+        match first_error {
+            None => Ok(stored),
+            Some(e) => Err(e),
+        }
+    }
+
+    /// Stores the changed filters of `keys` in one [`FilterStore::store_many`], holding each
+    /// one's store turn across it (a key's stores land in the order their copies were taken).
+    /// A key whose turn is taken (a store of it under way) or that is not resident goes
+    /// through [`flush_key`](Self::flush_key) after the batch released its turns: a batch
+    /// never waits for a turn while it holds others, so two flushes at once cannot deadlock
+    /// (`two_flushes_at_once_store_everything`). Returns how many filters it stored and its
+    /// first error.
+    async fn flush_batch(&self, keys: &[K]) -> (usize, Option<FilterSetError>) {
+        let mut resident = Vec::with_capacity(keys.len());
+        let mut later = Vec::new();
+        for key in keys {
+            match self.slots.peek(key) {
+                Peek::Absent => {}
+                Peek::Resident(entry) => resident.push((key, entry)),
+                Peek::Busy(_) => later.push(key),
+            }
+        }
+        let mut stored = 0;
+        let mut first_error = None;
+        {
+            let mut turns = Vec::with_capacity(resident.len());
+            let mut copies = Vec::with_capacity(resident.len());
+            let mut unstored = Unstored(Vec::with_capacity(resident.len()));
+            for (key, entry) in &resident {
+                let Ok(turn) = entry.store_turn.try_lock() else {
+                    later.push(key);
+                    continue;
+                };
+                match entry.copy_if_dirty() {
+                    Err(slots::Evicted) => later.push(key),
+                    Ok(None) => {}
+                    Ok(Some(bytes)) => {
+                        turns.push(turn);
+                        unstored.0.push(entry);
+                        copies.push((key.to_string(), bytes));
+                    }
+                }
+            }
+            if !copies.is_empty() {
+                let first_name = copies[0].0.clone();
+                let result = {
+                    // The semaphore is never closed.
+                    let _permit = self.store_permits.acquire().await;
+                    self.store.store_many(copies).await
+                };
+                match result {
+                    Ok(()) => {
+                        stored = unstored.0.len();
+                        unstored.0.clear();
+                        for _ in 0..stored {
+                            self.counters.store(&self.name);
+                        }
+                    }
+                    Err(source) => {
+                        for _ in &unstored.0 {
+                            self.counters.store_error(&self.name);
+                        }
+                        first_error = Some(FilterSetError::Store {
+                            name: first_name,
+                            source,
+                        });
+                    }
+                }
+            }
+            // `unstored` marks what was not stored changed again before the turns are
+            // released (it is declared after them, so it drops first).
+        }
+        for key in later {
+            match self.flush_key(key).await {
                 Ok(true) => stored += 1,
                 Ok(false) => {}
                 Err(e) => {
@@ -279,10 +378,7 @@ where
                 }
             }
         }
-        match first_error {
-            None => Ok(stored),
-            Some(e) => Err(e),
-        }
+        (stored, first_error)
     }
 
     /// Stores `key`'s filter if it changed, or waits for its eviction under way: when it
@@ -318,13 +414,14 @@ where
                         return Ok(false);
                     };
                     let name = key.to_string();
+                    let mut unstored = Unstored(vec![&entry]);
                     return match self.store_bytes(&name, bytes).await {
                         Ok(()) => {
+                            unstored.0.clear();
                             self.counters.store(&self.name);
                             Ok(true)
                         }
                         Err(source) => {
-                            entry.mark_dirty();
                             self.counters.store_error(&self.name);
                             Err(FilterSetError::Store { name, source })
                         }

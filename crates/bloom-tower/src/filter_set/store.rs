@@ -5,6 +5,13 @@
 //! during the call (an error, a cancelled future, `kill -9`), a later `load` returns the
 //! previous bytes or the new ones, never a mix. The set relies on it to lose nothing it
 //! acknowledged (see the module docs).
+//!
+//! A flush hands a store up to [`FilterStore::MAX_BATCH`] filters in one
+//! [`store_many`](FilterStore::store_many) call. The rule holds for each name of a batch: on
+//! `Ok` every one is stored; on an error or a dropped future each holds its old bytes or its
+//! new ones, and the set keeps every filter of the batch changed, to store it again. A store
+//! that can write many filters for less than one at a time (one SQL transaction, one Redis
+//! pipeline, one trip to a blocking thread) overrides both.
 
 use std::future::Future;
 use std::time::Duration;
@@ -46,6 +53,28 @@ pub trait FilterStore: Send + Sync + 'static {
         name: &str,
         bytes: Vec<u8>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The most filters a [`flush`](super::FilterSet::flush) hands to one
+    /// [`store_many`](Self::store_many). The default, 1, keeps one store per call, so a flush
+    /// runs up to 8 of them at once; a store that writes a batch for less than its filters
+    /// one at a time raises it.
+    const MAX_BATCH: usize = 1;
+
+    /// Replaces the bytes of every name in `batch` (at most [`MAX_BATCH`](Self::MAX_BATCH)
+    /// of them), each atomically. `Ok` once all are as durable as [`store`](Self::store)
+    /// makes one; on an error, each name holds its old bytes or its new ones (see the module
+    /// docs). The default stores them one after another and stops at the first error.
+    fn store_many(
+        &self,
+        batch: Vec<(String, Vec<u8>)>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        async move {
+            for (name, bytes) in batch {
+                self.store(&name, bytes).await?;
+            }
+            Ok(())
+        }
+    }
 }
 
 /// A store could not load or store a filter.
