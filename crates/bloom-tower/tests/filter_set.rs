@@ -67,6 +67,11 @@ fn plain_for(user: &u64) -> AnyFilter {
     )
 }
 
+/// A set of [`plain_for`] filters over `store`, with no budget.
+fn plain_set<S: FilterStore>(store: S) -> FilterSet<u64, S> {
+    FilterSet::builder(store).new_filter(plain_for).build()
+}
+
 fn plain_bytes() -> usize {
     counted_bytes(&plain_for(&0))
 }
@@ -333,9 +338,7 @@ fn a_corrupt_stored_filter_is_an_error_and_is_left_alone() {
     let last = bytes.len() - 1;
     bytes[last] ^= 1;
     std::fs::write(&path, &bytes).unwrap();
-    let set = FilterSet::<u64, _>::builder(store)
-        .new_filter(plain_for)
-        .build();
+    let set = plain_set(store);
     runtime().block_on(async {
         let e = set.insert(&5, "x").await.unwrap_err();
         assert!(matches!(e, FilterSetError::Corrupt { .. }), "{e}");
@@ -383,9 +386,7 @@ fn a_flushed_set_is_read_back_by_a_new_process_with_what_expired() {
 #[test]
 fn a_flush_stores_in_parallel_up_to_the_bound() {
     let store = TestStore::default();
-    let set = FilterSet::<u64, _>::builder(store.clone())
-        .new_filter(plain_for)
-        .build();
+    let set = plain_set(store.clone());
     runtime().block_on(async {
         for u in 0..40u64 {
             set.insert(&u, "x").await.unwrap();
@@ -436,11 +437,7 @@ fn an_older_copy_never_lands_after_a_newer_one() {
     // Two flushes of one key at once (as a flush and an eviction, or two flushes, run side
     // by side): the first one's store is slow, the second one's fast.
     let store = TestStore::default();
-    let set = Arc::new(
-        FilterSet::<u64, _>::builder(store.clone())
-            .new_filter(plain_for)
-            .build(),
-    );
+    let set = Arc::new(plain_set(store.clone()));
     runtime().block_on(async {
         set.insert(&1, "old").await.unwrap();
         *store.store_delay.lock().unwrap() = Duration::from_millis(100);
@@ -494,9 +491,7 @@ impl FilterStore for Batching {
 #[test]
 fn a_flush_hands_a_batching_store_its_filters_in_batches() {
     let store = Batching::default();
-    let set = FilterSet::<u64, _>::builder(store.clone())
-        .new_filter(plain_for)
-        .build();
+    let set = plain_set(store.clone());
     runtime().block_on(async {
         for u in 0..40u64 {
             set.insert(&u, "x").await.unwrap();
@@ -521,9 +516,7 @@ fn a_flush_hands_a_batching_store_its_filters_in_batches() {
 #[test]
 fn a_failed_batch_leaves_every_filter_of_it_to_the_next_flush() {
     let store = Batching::default();
-    let set = FilterSet::<u64, _>::builder(store.clone())
-        .new_filter(plain_for)
-        .build();
+    let set = plain_set(store.clone());
     runtime().block_on(async {
         for u in 0..20u64 {
             set.insert(&u, "x").await.unwrap();
@@ -551,14 +544,10 @@ fn a_cancelled_flush_leaves_its_filters_to_the_next() {
         runtime().block_on(async {
             let flushed = |set_flush: Result<usize, FilterSetError>| set_flush.unwrap();
             let (first, second) = if batching {
-                let set = FilterSet::<u64, _>::builder(store.clone())
-                    .new_filter(plain_for)
-                    .build();
+                let set = plain_set(store.clone());
                 cancel_then_flush(&set, &store.inner).await
             } else {
-                let set = FilterSet::<u64, _>::builder(store.inner.clone())
-                    .new_filter(plain_for)
-                    .build();
+                let set = plain_set(store.inner.clone());
                 cancel_then_flush(&set, &store.inner).await
             };
             assert!(first.is_err(), "the first flush was cancelled");
@@ -598,11 +587,7 @@ fn a_flush_waits_for_a_store_of_a_key_under_way_and_stores_what_came_after() {
     // A key's store is under way (its turn taken) when a batching flush reaches it, and the
     // key took a write after that store's copy: the flush stores it after the slow store.
     let store = Batching::default();
-    let set = Arc::new(
-        FilterSet::<u64, _>::builder(store.clone())
-            .new_filter(plain_for)
-            .build(),
-    );
+    let set = Arc::new(plain_set(store.clone()));
     runtime().block_on(async {
         for u in 0..10u64 {
             set.insert(&u, "old").await.unwrap();

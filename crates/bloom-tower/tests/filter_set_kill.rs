@@ -13,6 +13,17 @@ use bloom_tower::filter_set::{DirectoryStore, FilterStore};
 
 const CHILD: &str = "BLOOM_FILTER_SET_STORING_CHILD";
 
+/// Two different 8 MiB filters' bytes: the first holds 0, the second 1.
+fn two_filters() -> Vec<Vec<u8>> {
+    (0..2u64)
+        .map(|i| {
+            let f = BloomFilter::new(7_000_000, 0.01).unwrap();
+            f.insert(&i);
+            f.to_bytes()
+        })
+        .collect()
+}
+
 /// In the child: stores two different 8 MiB filters under one name, in turn, forever.
 fn store_forever(dir: &str) -> ! {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -20,13 +31,7 @@ fn store_forever(dir: &str) -> ! {
         .build()
         .unwrap();
     let store = DirectoryStore::new(dir).unwrap().sync(false);
-    let filters: Vec<Vec<u8>> = (0..2u64)
-        .map(|i| {
-            let f = BloomFilter::new(7_000_000, 0.01).unwrap();
-            f.insert(&i);
-            f.to_bytes()
-        })
-        .collect();
+    let filters = two_filters();
     runtime.block_on(async {
         for i in 0.. {
             store.store("user-1", filters[i % 2].clone()).await.unwrap();
@@ -86,13 +91,7 @@ fn store_batches_forever(file: &str) -> ! {
         .enable_all()
         .build()
         .unwrap();
-    let filters: Vec<Vec<u8>> = (0..2u64)
-        .map(|i| {
-            let f = BloomFilter::new(7_000_000, 0.01).unwrap();
-            f.insert(&i);
-            f.to_bytes()
-        })
-        .collect();
+    let filters = two_filters();
     runtime.block_on(async {
         let store = SqliteStore::builder(file).sync(false).open().await.unwrap();
         for i in 0.. {

@@ -305,10 +305,11 @@ where
     /// Stores the changed filters of `keys` in one [`FilterStore::store_many`], holding each
     /// one's store turn across it (a key's stores land in the order their copies were taken).
     /// A key whose turn is taken (a store of it under way) or that is not resident goes
-    /// through [`flush_key`](Self::flush_key) after the batch released its turns: a batch
-    /// never waits for a turn while it holds others, so two flushes at once cannot deadlock
-    /// (`two_flushes_at_once_store_everything`). Returns how many filters it stored and its
-    /// first error.
+    /// through [`flush_key`](Self::flush_key) after the batch released its turns
+    /// (`a_flush_waits_for_a_store_of_a_key_under_way_and_stores_what_came_after`). So a batch
+    /// never waits for a turn while it holds others, and two flushes whose key orders differ
+    /// (a shard's table grew between their snapshots) cannot deadlock. Returns how many
+    /// filters it stored and its first error.
     async fn flush_batch(&self, keys: &[K]) -> (usize, Option<FilterSetError>) {
         let mut resident = Vec::with_capacity(keys.len());
         let mut later = Vec::new();
