@@ -1,7 +1,7 @@
 //! The feed service: `GET /feed/{user}` never returns an item the user was shown within the
 //! last 7 days. One windowed filter per user in a [`FilterSet`](bloom_tower::filter_set::FilterSet)
-//! under a memory budget, evicted to a directory (`./data/feed-filters`) or, when
-//! `REDIS_URL` is set, to Redis.
+//! under a memory budget, evicted to one SQLite file (`./data/feed-filters/filters.db`; a
+//! file per user with `--store files`) or, when `REDIS_URL` is set, to Redis.
 //!
 //! | route | what it does |
 //! | --- | --- |

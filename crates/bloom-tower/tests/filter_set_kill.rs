@@ -83,7 +83,8 @@ fn a_store_killed_midway_leaves_the_old_or_the_new_filter() {
 const SQLITE_CHILD: &str = "BLOOM_FILTER_SET_SQLITE_CHILD";
 
 /// In the child: stores two different 8 MiB filters under two names in one batch, the two
-/// names the same filter in each batch and the filter changing from batch to batch, forever.
+/// names the same filter in each batch and the filter changing from batch to batch, forever;
+/// every other batch is large enough to take several statements.
 #[cfg(feature = "sqlite-store")]
 fn store_batches_forever(file: &str) -> ! {
     use bloom_tower::filter_set::SqliteStore;
@@ -95,8 +96,15 @@ fn store_batches_forever(file: &str) -> ! {
     runtime.block_on(async {
         let store = SqliteStore::builder(file).sync(false).open().await.unwrap();
         for i in 0.. {
-            let batch = ["user-a", "user-b"].map(|name| (name.to_owned(), filters[i % 2].clone()));
-            store.store_many(batch.to_vec()).await.unwrap();
+            // Even batches: the two rows alone (one statement). Odd ones: 300 small rows
+            // between them, so that they are in different statements of one transaction.
+            let filter = &filters[i % 2];
+            let mut batch = vec![("user-a".to_owned(), filter.clone())];
+            if i % 2 == 1 {
+                batch.extend((0..300).map(|j| (format!("pad-{j}"), vec![1])));
+            }
+            batch.push(("user-b".to_owned(), filter.clone()));
+            store.store_many(batch).await.unwrap();
             if i == 0 {
                 println!("stored");
             }
@@ -119,7 +127,7 @@ fn a_sqlite_batch_killed_midway_lands_whole_or_not_at_all() {
         .enable_all()
         .build()
         .unwrap();
-    for round in 0..5 {
+    for round in 0..8 {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
@@ -145,7 +153,7 @@ fn a_sqlite_batch_killed_midway_lands_whole_or_not_at_all() {
             let store = SqliteStore::open(&file).await.unwrap();
             let a = store.load("user-a").await.unwrap();
             let b = store.load("user-b").await.unwrap();
-            store.pool().close().await;
+            store.close().await;
             (a, b)
         });
         let a = a.unwrap_or_else(|| panic!("round {round}: the first batch is not stored"));

@@ -17,9 +17,14 @@
 //! (`synchronous = NORMAL`) it survives a killed process and costs no `fsync` per commit, as
 //! [`DirectoryStore::sync`](super::DirectoryStore::sync)`(false)`.
 //!
+//! **One writer, four readers.** Stores take turns on one connection, so they queue in
+//! order instead of polling SQLite's write lock; loads run on four read-only connections
+//! beside it (in WAL mode a read never waits for a write).
+//!
 //! **Bounded waits.** A store or load waits at most the pool's acquire timeout for a
-//! connection and SQLite's busy timeout (5 s each) for the write lock, then fails with
-//! [`StoreError::Backend`]: the set keeps the filter in memory, changed.
+//! connection and SQLite's busy timeout (5 s each) for the write lock (another process's
+//! writer), then fails with [`StoreError::Backend`]: the set keeps the filter in memory,
+//! changed.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -40,6 +45,9 @@ const ROWS_PER_STATEMENT: usize = 256;
 /// How long a store or load waits for a connection, and for SQLite's write lock.
 const WAIT: Duration = Duration::from_secs(5);
 
+/// Connections that load.
+const READERS: u32 = 4;
+
 /// Filters as rows of one SQLite table (see the module docs).
 ///
 /// ```
@@ -59,7 +67,10 @@ const WAIT: Duration = Duration::from_secs(5);
 /// ```
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
-    pool: SqlitePool,
+    /// One connection: every store.
+    writer: SqlitePool,
+    /// Loads.
+    readers: SqlitePool,
     /// `INSERT INTO "<table>" (name, bytes) `.
     insert: String,
     /// ` ON CONFLICT (name) DO UPDATE SET bytes = excluded.bytes`.
@@ -107,9 +118,16 @@ impl SqliteStore {
         }
     }
 
-    /// The connection pool (to read the table, or to close it).
+    /// The pool of the store's one writing connection (to read or write the table beside
+    /// the store, in order with its stores).
     pub fn pool(&self) -> &SqlitePool {
-        &self.pool
+        &self.writer
+    }
+
+    /// Closes both pools (the writer's and the readers'), waiting for their connections.
+    pub async fn close(&self) {
+        self.writer.close().await;
+        self.readers.close().await;
     }
 }
 
@@ -153,24 +171,55 @@ impl SqliteStoreBuilder {
                 SqliteSynchronous::Normal
             })
             .busy_timeout(WAIT);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
+        // One writer: stores queue for its connection in order, where several writers would
+        // poll SQLite's write lock (its busy handler sleeps between tries).
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
             .acquire_timeout(WAIT)
-            .connect_with(options)
+            .connect_with(options.clone())
             .await
             .map_err(|e| open_error(&self.path, e))?;
         sqlx::query(&format!(
-            "CREATE TABLE IF NOT EXISTS \"{table}\" (name TEXT PRIMARY KEY NOT NULL, bytes BLOB NOT NULL)"
+            "CREATE TABLE IF NOT EXISTS \"{table}\" (name TEXT PRIMARY KEY NOT NULL, bytes BLOB NOT NULL) WITHOUT ROWID"
         ))
-        .execute(&pool)
+        .execute(&writer)
         .await
         .map_err(|e| open_error(&self.path, e))?;
+        // Readers beside it: in WAL mode a read waits for no write.
+        let readers = SqlitePoolOptions::new()
+            .max_connections(READERS)
+            .acquire_timeout(WAIT)
+            .connect_with(options.read_only(true))
+            .await
+            .map_err(|e| open_error(&self.path, e))?;
         Ok(SqliteStore {
-            pool,
+            writer,
+            readers,
             insert: format!("INSERT INTO \"{table}\" (name, bytes) "),
             upsert: " ON CONFLICT (name) DO UPDATE SET bytes = excluded.bytes",
             select: format!("SELECT bytes FROM \"{table}\" WHERE name = ?"),
         })
+    }
+}
+
+impl SqliteStore {
+    /// One `INSERT … ON CONFLICT DO UPDATE` of `rows` (at most [`ROWS_PER_STATEMENT`]).
+    async fn upsert<'e>(
+        &self,
+        rows: &[(String, Vec<u8>)],
+        on: impl sqlx::Executor<'e, Database = Sqlite>,
+    ) -> Result<(), StoreError> {
+        let mut insert = QueryBuilder::<Sqlite>::new(&self.insert);
+        insert.push_values(rows, |mut row, (name, bytes)| {
+            row.push_bind(name.as_str()).push_bind(bytes.as_slice());
+        });
+        insert.push(self.upsert);
+        insert
+            .build()
+            .execute(on)
+            .await
+            .map(drop)
+            .map_err(StoreError::backend)
     }
 }
 
@@ -182,7 +231,7 @@ impl FilterStore for SqliteStore {
     async fn load(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
         sqlx::query_scalar::<_, Vec<u8>>(&self.select)
             .bind(name)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.readers)
             .await
             .map_err(StoreError::backend)
     }
@@ -195,19 +244,15 @@ impl FilterStore for SqliteStore {
     const MAX_BATCH: usize = 512;
 
     async fn store_many(&self, batch: Vec<(String, Vec<u8>)>) -> Result<(), StoreError> {
+        if batch.len() <= ROWS_PER_STATEMENT {
+            // One statement is its own transaction: whole or nothing, one trip to the
+            // connection's thread where BEGIN and COMMIT would take two more.
+            return self.upsert(&batch, &self.writer).await;
+        }
         // A dropped transaction rolls back: a cancelled store leaves every row as it was.
-        let mut tx = self.pool.begin().await.map_err(StoreError::backend)?;
+        let mut tx = self.writer.begin().await.map_err(StoreError::backend)?;
         for rows in batch.chunks(ROWS_PER_STATEMENT) {
-            let mut insert = QueryBuilder::<Sqlite>::new(&self.insert);
-            insert.push_values(rows, |mut row, (name, bytes)| {
-                row.push_bind(name.as_str()).push_bind(bytes.as_slice());
-            });
-            insert.push(self.upsert);
-            insert
-                .build()
-                .execute(&mut *tx)
-                .await
-                .map_err(StoreError::backend)?;
+            self.upsert(rows, &mut *tx).await?;
         }
         tx.commit().await.map_err(StoreError::backend)
     }
