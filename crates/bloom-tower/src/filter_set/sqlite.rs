@@ -180,7 +180,7 @@ impl SqliteStoreBuilder {
             .await
             .map_err(|e| open_error(&self.path, e))?;
         sqlx::query(&format!(
-            "CREATE TABLE IF NOT EXISTS \"{table}\" (name TEXT PRIMARY KEY NOT NULL, bytes BLOB NOT NULL) WITHOUT ROWID"
+            "CREATE TABLE IF NOT EXISTS \"{table}\" (name TEXT PRIMARY KEY NOT NULL, bytes BLOB NOT NULL)"
         ))
         .execute(&writer)
         .await
