@@ -21,8 +21,8 @@
 //! since the last flush are stored every 30 s (`--flush-secs`) and at a graceful stop: a
 //! process killed outright forgets what it showed since its last flush (at most
 //! `--flush-secs`), and may show those items again; a stop by signal forgets nothing. A
-//! flush stores one file (or Redis key) per user changed, so a user's requests within one
-//! interval cost one store.
+//! flush stores one row (a file with `--store files`, a Redis key) per user changed, so a
+//! user's requests within one interval cost one store; rows go 512 to a transaction.
 //!
 //! `feed --serve --no-filter` ([`FeedConfig::filter`] `false`) serves the same routes with the
 //! filter set calls removed: every candidate counts as not seen and nothing is recorded. It is
