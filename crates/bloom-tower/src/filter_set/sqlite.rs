@@ -39,6 +39,9 @@ use super::store::{FilterStore, StoreError};
 /// The default table.
 const DEFAULT_TABLE: &str = "bloom_filters";
 
+/// What turns an `INSERT` of rows into their replacement.
+const UPSERT: &str = " ON CONFLICT (name) DO UPDATE SET bytes = excluded.bytes";
+
 /// Rows in one `INSERT` statement: 2 bound values each, within SQLite's 32,766.
 const ROWS_PER_STATEMENT: usize = 256;
 
@@ -73,8 +76,6 @@ pub struct SqliteStore {
     readers: SqlitePool,
     /// `INSERT INTO "<table>" (name, bytes) `.
     insert: String,
-    /// ` ON CONFLICT (name) DO UPDATE SET bytes = excluded.bytes`.
-    upsert: &'static str,
     /// `SELECT bytes FROM "<table>" WHERE name = ?`.
     select: String,
 }
@@ -196,7 +197,6 @@ impl SqliteStoreBuilder {
             writer,
             readers,
             insert: format!("INSERT INTO \"{table}\" (name, bytes) "),
-            upsert: " ON CONFLICT (name) DO UPDATE SET bytes = excluded.bytes",
             select: format!("SELECT bytes FROM \"{table}\" WHERE name = ?"),
         })
     }
@@ -213,7 +213,7 @@ impl SqliteStore {
         insert.push_values(rows, |mut row, (name, bytes)| {
             row.push_bind(name.as_str()).push_bind(bytes.as_slice());
         });
-        insert.push(self.upsert);
+        insert.push(UPSERT);
         insert
             .build()
             .execute(on)
