@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bloom_core::windowed::{ManualClock, Window, WindowedFilter};
+use bloom_core::windowed::{ManualClock, RingLayout, Window, WindowedFilter};
 use bloom_core::{AnyFilter, BloomFilter};
 use bloom_tower::filter_set::{
     DirectoryStore, FilterSet, FilterSetError, FilterStore, StoreError, counted_bytes,
@@ -381,6 +381,58 @@ fn a_flushed_set_is_read_back_by_a_new_process_with_what_expired() {
         assert!(!set.contains(&"user/1".to_owned(), "old").await.unwrap());
         assert_eq!(set.stats().loads, 1);
     });
+}
+
+#[test]
+fn a_loaded_filter_takes_the_ring_layout_of_the_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(1_000_000_000));
+    let week = |layout: Option<RingLayout>| {
+        let b = WindowedFilter::builder(Window::Time(Duration::from_secs(7 * 86_400)))
+            .expected_items(100)
+            .false_positive_rate(0.01)
+            .clock(clock.clone());
+        match layout {
+            Some(layout) => b.ring_layout(layout),
+            None => b,
+        }
+    };
+    let layout_of = |set: &FilterSet<u64, DirectoryStore>, user| {
+        runtime().block_on(set.read(&user, |f| f.as_windowed().unwrap().ring_layout()))
+    };
+    let set_of = |layout| {
+        FilterSet::<u64, _>::builder(DirectoryStore::new(dir.path()).unwrap())
+            .windowed(week(layout))
+            .unwrap()
+            .build()
+    };
+    // Written interleaved, over two days (two generations hold keys).
+    let interleaved = set_of(Some(RingLayout::Interleaved));
+    runtime().block_on(async {
+        interleaved.insert(&1, "monday").await.unwrap();
+        clock.advance(Duration::from_secs(86_400));
+        interleaved.insert(&1, "tuesday").await.unwrap();
+        assert_eq!(interleaved.flush().await.unwrap(), 1);
+    });
+    assert_eq!(
+        layout_of(&interleaved, 1).unwrap(),
+        Some(RingLayout::Interleaved)
+    );
+    // Read back by a set that interleaves, and by one that keeps small rings separate (the
+    // default): each lays the ring out its own way, and both hold both days' keys.
+    for (layout, expected) in [
+        (Some(RingLayout::Interleaved), RingLayout::Interleaved),
+        (None, RingLayout::Separate),
+    ] {
+        let set = set_of(layout);
+        assert_eq!(layout_of(&set, 1).unwrap(), Some(expected), "{layout:?}");
+        runtime().block_on(async {
+            for key in ["monday", "tuesday"] {
+                assert!(set.contains(&1, key).await.unwrap(), "{layout:?} {key}");
+            }
+        });
+        assert_eq!(set.stats().loads, 1);
+    }
 }
 
 #[test]

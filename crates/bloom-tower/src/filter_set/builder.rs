@@ -4,8 +4,8 @@ use std::fmt::Display;
 use std::hash::Hash;
 use std::sync::Arc;
 
-use bloom_core::windowed::{Clock, WindowedBuilder, WindowedFilter};
-use bloom_core::{AnyFilter, BloomFilter, BuildError, DecodeError};
+use bloom_core::windowed::{Clock, RingLayout, WindowedBuilder, WindowedFilter};
+use bloom_core::{AnyFilter, BloomFilter, BuildError, DecodeError, Layout};
 
 use super::set::{Decode, FilterSet, NewFilter};
 use super::store::FilterStore;
@@ -110,7 +110,9 @@ where
 
     /// Every key's filter is a windowed filter built by `builder` (each with its own random
     /// hash key); stored windowed filters are read on the builder's clock, so they know
-    /// what expired while they were stored.
+    /// what expired while they were stored, and laid out as the builder lays out its rings
+    /// ([`RingLayout`]: a set of busy users' rings that sets `Interleaved` gets it for the
+    /// filters it loads too, not only for those it creates).
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
@@ -121,12 +123,10 @@ where
     /// assert!(FilterSet::<String, _>::builder(DirectoryStore::new(dir.path())?).windowed(bad).is_err());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn windowed(self, builder: WindowedBuilder) -> Result<Self, BuildError> {
+    pub fn windowed(mut self, builder: WindowedBuilder) -> Result<Self, BuildError> {
         let template = builder.build()?;
-        let clock = template.clock().clone();
-        Ok(self
-            .clock(clock)
-            .new_filter(move |_| AnyFilter::Windowed(fresh(template.fresh()))))
+        self.decode = decode_on(template.clock().clone(), Some(template.ring_layout()));
+        Ok(self.new_filter(move |_| AnyFilter::Windowed(fresh(template.fresh()))))
     }
 
     /// The clock stored windowed filters are read on, so that they know what expired while
@@ -144,14 +144,7 @@ where
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.decode = Arc::new(move |bytes: &[u8]| -> Result<AnyFilter, DecodeError> {
-            match WindowedFilter::read_from_with_clock(&mut &bytes[..], clock.clone()) {
-                Ok(f) => Ok(AnyFilter::Windowed(f)),
-                // Another kind: read as it is.
-                Err(DecodeError::WrongKind { .. }) => AnyFilter::from_bytes(bytes),
-                Err(e) => Err(e),
-            }
-        });
+        self.decode = decode_on(clock, None);
         self
     }
 
@@ -200,6 +193,27 @@ where
             self.decode,
         )
     }
+}
+
+/// Reads a stored filter: a windowed one on `clock`, its ring laid out as `ring_layout` if
+/// given (a reader returns a ring separate; a set built from a builder that interleaves its
+/// rings interleaves the ones it loads too: `tests/filter_set.rs`
+/// `a_loaded_filter_takes_the_ring_layout_of_the_set`); other kinds as they are.
+fn decode_on(clock: Arc<dyn Clock>, ring_layout: Option<RingLayout>) -> Decode {
+    Arc::new(move |bytes: &[u8]| -> Result<AnyFilter, DecodeError> {
+        match WindowedFilter::read_from_with_clock(&mut &bytes[..], clock.clone()) {
+            Ok(f) => Ok(AnyFilter::Windowed(match ring_layout {
+                // Only a Classic ring cannot be interleaved: it stays separate.
+                Some(layout) if layout != f.ring_layout() && f.layout() != Layout::Classic => f
+                    .into_ring_layout(layout)
+                    .expect("a ring that is not Classic takes either layout"),
+                _ => f,
+            })),
+            // Another kind: read as it is.
+            Err(DecodeError::WrongKind { .. }) => AnyFilter::from_bytes(bytes),
+            Err(e) => Err(e),
+        }
+    })
 }
 
 /// A fresh filter; its only failure is the operating system's random source.
