@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use bloom_core::windowed::{Clock, Window, WindowedFilter};
+use bloom_core::windowed::{Clock, RingLayout, Window, WindowedFilter};
 use bloom_redis::RedisFilterStore;
 use bloom_tower::filter_set::{
     DirectoryStore, FilterSet, FilterSetError, FilterStore, SqliteStore, StoreError,
@@ -193,6 +193,11 @@ impl Feed {
             .expected_items(config.items_per_window)
             .false_positive_rate(config.fpr)
             .generations(config.generations)
+            // A user's ring in one allocation, a key's line of every generation side by side:
+            // a page's lookups follow no pointer per generation. The ring is allocated whole
+            // when the user is first shown an item (and when loaded: the set lays out what it
+            // loads as it creates), which users shown items most days fill anyway.
+            .ring_layout(RingLayout::Interleaved)
             .clock(clock.clone());
         let shown = FilterSet::builder(store)
             .windowed(week)?
@@ -274,7 +279,7 @@ impl Feed {
 fn choose(seen: &WindowedFilter, newest: u64, page: usize, scan: u64) -> (Vec<u64>, Vec<u64>) {
     let lowest = newest.saturating_sub(scan);
     let mut items = Vec::with_capacity(page);
-    let mut withheld = Vec::new();
+    let mut withheld = Vec::with_capacity(2 * page);
     // The candidates `lowest..next` are still to be looked at, newest first.
     let first = newest - (page as u64).min(newest - lowest);
     let mut item = newest;
@@ -290,11 +295,13 @@ fn choose(seen: &WindowedFilter, newest: u64, page: usize, scan: u64) -> (Vec<u6
     // The older candidates, a chunk to a batch: a page's worth or more, so that most pages
     // take one more batch at most, and no batch looks far past where the page fills.
     let chunk = (2 * page as u64).max(16);
+    // A batch's buffers, allocated once for all batches.
+    let (mut picked, mut looked, mut now_seen) = (Vec::new(), Vec::new(), Vec::new());
     while items.len() < page && next > lowest {
         let want = page - items.len();
         let from = next - chunk.min(next - lowest);
-        let mut picked = Vec::with_capacity(want);
-        let mut looked = Vec::with_capacity((next - from) as usize);
+        picked.clear();
+        looked.clear();
         let mut item = next;
         seen.contains_many_with((from..next).rev(), |was_seen| {
             item -= 1;
@@ -311,16 +318,16 @@ fn choose(seen: &WindowedFilter, newest: u64, page: usize, scan: u64) -> (Vec<u6
             _ => from,
         };
         if picked.is_empty() {
-            withheld.extend(looked.into_iter().map(|(item, _)| item));
+            withheld.extend(looked.iter().map(|&(item, _)| item));
             continue;
         }
         // Recorded in one batch: one now "seen" is a false positive of this batch's own
         // inserts, and is withheld as the item-by-item loop would have withheld it.
-        let mut now_seen = Vec::with_capacity(picked.len());
+        now_seen.clear();
         seen.seen_or_insert_many_with(picked.iter(), |s| now_seen.push(s));
-        let mut now_seen = now_seen.into_iter();
-        for (item, was_seen) in looked {
-            if was_seen || now_seen.next() != Some(false) {
+        let mut answers = now_seen.iter().copied();
+        for &(item, was_seen) in &looked {
+            if was_seen || answers.next() != Some(false) {
                 withheld.push(item);
             } else {
                 items.push(item);
@@ -347,11 +354,20 @@ impl Answered {
     }
 }
 
+/// The body of `GET /feed/{user}`, written straight from the page's ids.
+#[derive(serde::Serialize)]
+struct Page<'a> {
+    items: &'a [u64],
+    withheld: &'a [u64],
+}
+
 async fn feed(State(feed): State<Arc<Feed>>, Path(user): Path<u64>) -> Response {
     match feed.page(user).await {
-        Ok((items, withheld)) => {
-            Json(json!({"items": items, "withheld": withheld})).into_response()
-        }
+        Ok((items, withheld)) => Json(Page {
+            items: &items,
+            withheld: &withheld,
+        })
+        .into_response(),
         Err(e) => unavailable(e),
     }
 }
@@ -393,4 +409,60 @@ async fn stats(State(feed): State<Arc<Feed>>) -> Response {
 fn unavailable(e: FilterSetError) -> Response {
     tracing::warn!(error = %e, "feed: the user's filter is unavailable");
     (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `choose` against an exact model: the candidates newest first, each seen one withheld
+    /// and each unseen one shown, until the page fills.
+    #[test]
+    fn a_page_is_the_newest_unseen_candidates_over_any_number_of_batches() {
+        let (page, scan, newest) = (10usize, 200u64, 1_000u64);
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        for round in 0..200u64 {
+            // A large filter with a fixed hash key: no false positive among these keys.
+            let seen = WindowedFilter::builder(Window::Count(1_000_000))
+                .expected_items(100_000)
+                .false_positive_rate(1e-9)
+                .seed(u128::from(round))
+                .build()
+                .unwrap();
+            // Each round its own share of the candidates already shown, from none to all,
+            // so that pages take one batch, several, or run out of candidates.
+            let share = round % 11;
+            let mut shown = std::collections::HashSet::new();
+            for item in newest - scan..newest {
+                state = state
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                if (state >> 33) % 10 < share {
+                    seen.insert(&item);
+                    shown.insert(item);
+                }
+            }
+            let (mut want_items, mut want_withheld) = (Vec::new(), Vec::new());
+            for item in (newest - scan..newest).rev() {
+                if want_items.len() == page {
+                    break;
+                }
+                if shown.contains(&item) {
+                    want_withheld.push(item);
+                } else {
+                    want_items.push(item);
+                }
+            }
+            let (items, withheld) = choose(&seen, newest, page, scan);
+            assert_eq!(items, want_items, "round {round}");
+            assert_eq!(withheld, want_withheld, "round {round}");
+            assert!(
+                items.iter().all(|item| seen.contains(item)),
+                "round {round}"
+            );
+            // Asked again, none of them is shown twice.
+            let (again, _) = choose(&seen, newest, page, scan);
+            assert!(again.iter().all(|i| !items.contains(i)), "round {round}");
+        }
+    }
 }
