@@ -46,8 +46,8 @@
 #   benches/feed_http.sh                                   # the issue's measurement
 #   SECS=20 ROUNDS=2 FLUSH_SECS=1 benches/feed_http.sh   # a flush a second (the old default)
 #   BUILD=0 benches/feed_http.sh     # the feed binary already built, as it is
-#   PERF=1 benches/feed_http.sh      # also `perf record -g` the service during its last run
-#                                    # (target/feed_http.perf.data and .txt)
+#   PERF=1 benches/feed_http.sh      # also `perf record -g` each service during its last run
+#                                    # (target/feed_http.{filter,nofilter}.perf.data and .txt)
 #
 # The server and wrk share the machine's cores (the output says how many and the load
 # average): read the ratio, not the absolute figures. Needs `wrk` on the PATH; without it the
@@ -66,6 +66,7 @@ STORE=${STORE:-sqlite}
 ITEMS_PER_SEC=${ITEMS_PER_SEC:-10}
 WINDOW_SECS=${WINDOW_SECS:-10}
 PERF=${PERF:-0}
+DELAY_MS=${DELAY_MS:-}
 
 if ! command -v wrk >/dev/null 2>&1; then
     echo "feed_http: SKIPPED: wrk is not installed (apt-get install wrk); nothing measured" >&2
@@ -128,6 +129,7 @@ start() {
 cat >"$work/random.lua" <<'LUA'
 local users = tonumber(os.getenv("USERS"))
 local seed = tonumber(os.getenv("SEED"))
+local delay_ms = tonumber(os.getenv("DELAY_MS") or "")
 local threads = 0
 function setup(thread)
     thread:set("id", threads)
@@ -138,6 +140,12 @@ function init(args)
 end
 function request()
     return wrk.format("GET", "/feed/" .. math.random(0, users - 1))
+end
+if delay_ms then
+    -- Each connection waits this long after a response before its next request.
+    function delay()
+        return delay_ms
+    end
 end
 function done(summary, latency, requests)
     local e = summary.errors
@@ -187,6 +195,10 @@ stat() {
     local a=${1}_addr
     curl -s "http://${!a}/stats" | tr ',{}' '\n\n\n' | sed -n "s/^\"$2\":\([0-9]*\)$/\1/p"
 }
+# cpu_ticks PID: the process's user and system CPU time so far, in clock ticks.
+cpu_ticks() {
+    awk '{print $14 + $15}' "/proc/$1/stat"
+}
 # mix SIDE: "pages items withheld" from the service's /stats.
 mix() {
     local a=${1}_addr
@@ -205,7 +217,7 @@ echo "feed_http: NOTE: $cores cores shared by both services and wrk (the load ge
     "the ratio"
 echo "feed_http: load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-export USERS THREADS
+export USERS THREADS DELAY_MS
 pause nofilter
 for side in filter nofilter; do
     a=${side}_addr
@@ -220,24 +232,26 @@ read -r n_pages0 n_items0 n_withheld0 <<<"$(mix nofilter)"
 
 # run SIDE ROUND: one measured wrk run; appends "rps p50 p99" to $work/SIDE.
 run() {
-    local side=$1 round=$2 a=${1}_addr out
+    local side=$1 round=$2 a=${1}_addr out pid_var=${1}_pid
     local perf_pid=
-    if [ "$PERF" = 1 ] && [ "$side" = filter ] && [ "$round" = "$ROUNDS" ]; then
-        perf record -F 999 -g -p "$filter_pid" -o "$work/perf.data" -- sleep "$SECS" \
+    if [ "$PERF" = 1 ] && [ "$round" = "$ROUNDS" ]; then
+        perf record -F 999 -g -p "${!pid_var}" -o "$work/perf.data" -- sleep "$SECS" \
             >/dev/null 2>&1 &
         perf_pid=$!
     fi
-    local stores0
+    local stores0 pages0 cpu0
     stores0=$(stat "$side" stores)
+    pages0=$(stat "$side" pages)
+    cpu0=$(cpu_ticks "${!pid_var}")
     out=$(SEED=$round wrk -c "$CONNECTIONS" -t "$THREADS" -d "${SECS}s" --timeout 10s \
         -s "$work/random.lua" "http://${!a}")
     if [ -n "$perf_pid" ]; then
         wait "$perf_pid" || true
-        perf report -i "$work/perf.data" --no-children --percent-limit 1 --stdio \
-            -g none --sort dso,symbol 2>/dev/null >"$target_dir/feed_http.perf.txt" || true
-        cp "$work/perf.data" "$target_dir/feed_http.perf.data"
-        echo "feed_http: perf profile of the service's last run:" \
-            "$target_dir/feed_http.perf.data, $target_dir/feed_http.perf.txt" >&2
+        perf report -i "$work/perf.data" --no-children --percent-limit 0.5 --stdio \
+            -g none --sort dso,symbol 2>/dev/null >"$target_dir/feed_http.$side.perf.txt" || true
+        cp "$work/perf.data" "$target_dir/feed_http.$side.perf.data"
+        echo "feed_http: perf profile of the $side service's last run:" \
+            "$target_dir/feed_http.$side.perf.data, $target_dir/feed_http.$side.perf.txt" >&2
     fi
     local line
     line=$(grep '^RESULT ' <<<"$out") || {
@@ -246,9 +260,12 @@ run() {
         exit 1
     }
     read -r _ rps p50 p99 errors status <<<"$line"
-    printf "%-10s round %d: %9.0f requests/s  p50 %7.3f ms  p99 %7.3f ms  errors %d, non-2xx %d, filters stored %d\n" \
-        "$side" "$round" "$rps" "$p50" "$p99" "$errors" "$status" "$(($(stat "$side" stores) - stores0))"
-    echo "$rps $p50 $p99" >>"$work/$side"
+    local cpu_us
+    cpu_us=$(awk -v t="$(($(cpu_ticks "${!pid_var}") - cpu0))" -v hz="$(getconf CLK_TCK)" \
+        -v p="$(($(stat "$side" pages) - pages0))" 'BEGIN { printf "%.1f", t / hz * 1e6 / (p ? p : 1) }')
+    printf "%-10s round %d: %9.0f requests/s  p50 %7.3f ms  p99 %7.3f ms  service CPU %5.1f us a request  errors %d, non-2xx %d, filters stored %d\n" \
+        "$side" "$round" "$rps" "$p50" "$p99" "$cpu_us" "$errors" "$status" "$(($(stat "$side" stores) - stores0))"
+    echo "$rps $p50 $p99 $cpu_us" >>"$work/$side"
 }
 
 for round in $(seq "$ROUNDS"); do
@@ -271,13 +288,15 @@ median() {
 f_rps=$(median 1 "$work/filter") n_rps=$(median 1 "$work/nofilter")
 f_p50=$(median 2 "$work/filter") n_p50=$(median 2 "$work/nofilter")
 f_p99=$(median 3 "$work/filter") n_p99=$(median 3 "$work/nofilter")
-printf "median     filter:    %9.0f requests/s  p50 %7.3f ms  p99 %7.3f ms\n" "$f_rps" "$f_p50" "$f_p99"
-printf "median     no-filter: %9.0f requests/s  p50 %7.3f ms  p99 %7.3f ms\n" "$n_rps" "$n_p50" "$n_p99"
+f_cpu=$(median 4 "$work/filter") n_cpu=$(median 4 "$work/nofilter")
+printf "median     filter:    %9.0f requests/s  p50 %7.3f ms  p99 %7.3f ms  service CPU %5.1f us a request\n" "$f_rps" "$f_p50" "$f_p99" "$f_cpu"
+printf "median     no-filter: %9.0f requests/s  p50 %7.3f ms  p99 %7.3f ms  service CPU %5.1f us a request\n" "$n_rps" "$n_p50" "$n_p99" "$n_cpu"
 awk -v f="$f_rps" -v n="$n_rps" -v fp50="$f_p50" -v np50="$n_p50" -v fp99="$f_p99" -v np99="$n_p99" \
+    -v fc="$f_cpu" -v nc="$n_cpu" \
     'BEGIN {
         r = n / f
-        printf "ratio filter/no-filter: time per request %.2fx (%s the 1.5x target; the filters %.0f %% of a request), p50 %.2fx, p99 %.2fx\n",
-            r, (r <= 1.5 ? "within" : "ABOVE"), 100 * (1 - 1 / r), fp50 / np50, fp99 / np99
+        printf "ratio filter/no-filter: time per request %.2fx (%s the 1.5x target; the filters %.0f %% of a request), p50 %.2fx, p99 %.2fx, service CPU a request %.2fx\n",
+            r, (r <= 1.5 ? "within" : "ABOVE"), 100 * (1 - 1 / r), fp50 / np50, fp99 / np99, fc / nc
     }'
 awk -v p="$((f_pages1 - f_pages0))" -v i="$((f_items1 - f_items0))" -v w="$((f_withheld1 - f_withheld0))" \
     -v np="$((n_pages1 - n_pages0))" -v ni="$((n_items1 - n_items0))" -v nw="$((n_withheld1 - n_withheld0))" \
