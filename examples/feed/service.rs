@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -296,7 +297,11 @@ fn choose(seen: &WindowedFilter, newest: u64, page: usize, scan: u64) -> (Vec<u6
     // take one more batch at most, and no batch looks far past where the page fills.
     let chunk = (2 * page as u64).max(16);
     // A batch's buffers, allocated once for all batches.
-    let (mut picked, mut looked, mut now_seen) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut picked, mut looked, mut now_seen) = (
+        Vec::with_capacity(page),
+        Vec::with_capacity(chunk as usize),
+        Vec::with_capacity(page),
+    );
     while items.len() < page && next > lowest {
         let want = page - items.len();
         let from = next - chunk.min(next - lowest);
@@ -363,11 +368,18 @@ struct Page<'a> {
 
 async fn feed(State(feed): State<Arc<Feed>>, Path(user): Path<u64>) -> Response {
     match feed.page(user).await {
-        Ok((items, withheld)) => Json(Page {
-            items: &items,
-            withheld: &withheld,
-        })
-        .into_response(),
+        Ok((items, withheld)) => {
+            // Room for every id at its longest: the body is written without growing.
+            let mut body = Vec::with_capacity(32 + 21 * (items.len() + withheld.len()));
+            let page = Page {
+                items: &items,
+                withheld: &withheld,
+            };
+            match serde_json::to_writer(&mut body, &page) {
+                Ok(()) => ([(CONTENT_TYPE, "application/json")], body).into_response(),
+                Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+            }
+        }
         Err(e) => unavailable(e),
     }
 }
