@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use bloom_core::windowed::{Window, WindowedFilter};
+use bloom_core::windowed::{RingLayout, Window, WindowedBuilder, WindowedFilter};
 use bloom_tower::filter_set::{FilterSet, FilterStore, StoreError};
 
 #[path = "../../bloom-core/tests/support/counting_alloc.rs"]
@@ -55,16 +55,27 @@ fn the_budget_counts_at_least_the_real_heap_of_its_filters() {
         .unwrap()
         .budget_bytes(usize::MAX)
         .build();
-    let week = WindowedFilter::builder(Window::Time(Duration::from_secs(7 * 86_400)))
-        .expected_items(100)
-        .false_positive_rate(0.01)
-        .generations(8);
-    let windowed = FilterSet::<u64, _>::builder(Nowhere)
-        .windowed(week)
-        .unwrap()
-        .budget_bytes(usize::MAX)
-        .build();
-    for (kind, set) in [("plain", plain), ("windowed, 8 generations", windowed)] {
+    let week = || {
+        WindowedFilter::builder(Window::Time(Duration::from_secs(7 * 86_400)))
+            .expected_items(100)
+            .false_positive_rate(0.01)
+            .generations(8)
+    };
+    let windowed = |week: WindowedBuilder| {
+        FilterSet::<u64, _>::builder(Nowhere)
+            .windowed(week)
+            .unwrap()
+            .budget_bytes(usize::MAX)
+            .build()
+    };
+    for (kind, set) in [
+        ("plain", plain),
+        ("windowed, 8 generations", windowed(week())),
+        (
+            "windowed, 8 generations, interleaved",
+            windowed(week().ring_layout(RingLayout::Interleaved)),
+        ),
+    ] {
         let (counted, real) = per_filter(set);
         println!("{kind}: {counted:.0} bytes counted per filter, {real:.0} allocated");
         assert!(

@@ -6,6 +6,7 @@ use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Instant;
 
+use bloom_core::windowed::RingLayout;
 use bloom_core::{AnyFilter, DecodeError, Key};
 use futures_util::{StreamExt as _, stream};
 use tokio::sync::Semaphore;
@@ -40,8 +41,9 @@ pub(crate) const MAX_CONCURRENT_STORES: usize = 8;
 /// What an entry takes beyond its filters' bits: the entry, its place in the table and the
 /// LRU list.
 const ENTRY_OVERHEAD_BYTES: usize = 256;
-/// What each plain filter inside a filter takes beyond its bits (a windowed filter holds
-/// `generations + 1`).
+/// What each plain filter inside a filter takes beyond its bits: a windowed filter whose ring
+/// is separate holds `generations + 1`, each its own allocation; an interleaved ring counts
+/// two (its one allocation of bits, and the ring's own bookkeeping).
 const SUB_FILTER_OVERHEAD_BYTES: usize = 256;
 
 /// The bytes a filter counts against a [`FilterSet`]'s budget (plus its key's name): its bits,
@@ -59,7 +61,8 @@ const SUB_FILTER_OVERHEAD_BYTES: usize = 256;
 /// ```
 pub fn counted_bytes(filter: &AnyFilter) -> usize {
     let sub_filters = match filter.as_windowed() {
-        Some(w) => w.generations() as usize + 1,
+        Some(w) if w.ring_layout() == RingLayout::Separate => w.generations() as usize + 1,
+        Some(_) => 2,
         None => 1,
     };
     filter.size_in_bytes() + ENTRY_OVERHEAD_BYTES + SUB_FILTER_OVERHEAD_BYTES * sub_filters
