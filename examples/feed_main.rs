@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use bloom_core::windowed::{Clock, ManualClock, SystemClock};
+use bloom_core::windowed::{Clock, ManualClock, RingLayout, SystemClock};
 use bloom_examples::feed::{
     Catalog, Feed, FeedConfig, FeedStore, LocalStore, SimulationConfig, simulate,
 };
@@ -130,6 +130,7 @@ async fn main() -> anyhow::Result<()> {
         fpr: cli.fpr,
         window,
         generations: GENERATIONS,
+        ring_layout: RingLayout::Interleaved,
         page: cli.page,
         scan: 20 * cli.page,
         catalog: Catalog {

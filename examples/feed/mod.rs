@@ -12,6 +12,13 @@
 //! Two requests of one user run one after the other (a striped lock per user): a check and
 //! the insert that follows it are one step, so two tabs cannot both be shown an item.
 //!
+//! `feed` interleaves each user's ring ([`FeedConfig::ring_layout`]): one allocation per
+//! user, allocated whole when the user is first shown an item or is loaded, with a key's line
+//! of every generation side by side, so a page's lookups follow no pointer per generation. A
+//! small ring is otherwise separate, each generation allocated when it first takes a key;
+//! users shown items most days fill their generations anyway. `benches/feed_page.rs` times a
+//! page both ways.
+//!
 //! [`simulate()`] drives the service over TCP with a simulated clock: a million users of whom
 //! 10 % are active each day, over two weeks, and checks every answer against an exact record
 //! of what each user was shown. `--durable` stores the user's filter before each response

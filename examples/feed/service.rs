@@ -157,6 +157,11 @@ pub struct FeedConfig {
     /// Generations of each filter: an item fades out between the window and the window
     /// plus `window / (generations − 1)`.
     pub generations: u32,
+    /// How each user's generations lie in memory, for the users it creates and those it
+    /// loads (`feed` interleaves them: a page's lookups then follow no pointer per
+    /// generation, and users shown items most days fill their generations anyway;
+    /// `benches/feed_page.rs` times a page both ways).
+    pub ring_layout: RingLayout,
     /// Items per response.
     pub page: usize,
     /// Candidates a response looks at, at most.
@@ -194,11 +199,7 @@ impl Feed {
             .expected_items(config.items_per_window)
             .false_positive_rate(config.fpr)
             .generations(config.generations)
-            // A user's ring in one allocation, a key's line of every generation side by side:
-            // a page's lookups follow no pointer per generation. The ring is allocated whole
-            // when the user is first shown an item (and when loaded: the set lays out what it
-            // loads as it creates), which users shown items most days fill anyway.
-            .ring_layout(RingLayout::Interleaved)
+            .ring_layout(config.ring_layout)
             .clock(clock.clone());
         let shown = FilterSet::builder(store)
             .windowed(week)?
