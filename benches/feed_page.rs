@@ -102,9 +102,10 @@ impl Bench {
     }
 }
 
+/// The median of `v`.
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    bloom_benches::median(&v)
 }
 
 fn main() {

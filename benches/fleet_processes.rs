@@ -139,15 +139,6 @@ struct Sample {
     rebuild_lines: usize,
 }
 
-fn median(sorted: &[f64]) -> f64 {
-    let n = sorted.len();
-    if n % 2 == 1 {
-        sorted[n / 2]
-    } else {
-        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
-    }
-}
-
 fn main() {
     let processes = env_u64("PROCESSES", 50) as usize;
     let capacity = env_u64("FILTER_CAPACITY", 100_000_000);
@@ -361,7 +352,7 @@ fn report(
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     println!(
         "| {processes} | {secs:.0} | {:.3} / {mean:.3} / {:.3} | {} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {} | {} | {} | {:.1} |",
-        median(&cpu),
+        bloom_benches::median(&cpu),
         cpu.last().copied().unwrap_or(0.0),
         follower_cpu.map_or("-".to_owned(), |c| format!("{c:.3}")),
         redis.input as f64 / 1024.0 / minutes / n,

@@ -228,6 +228,17 @@ impl KeySet for StrKeys {
     }
 }
 
+/// The median of values sorted in ascending order (the mean of the two middle ones for an
+/// even count).
+pub fn median(sorted: &[f64]) -> f64 {
+    let n = sorted.len();
+    if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -297,17 +297,15 @@ fn choose(seen: &WindowedFilter, newest: u64, page: usize, scan: u64) -> (Vec<u6
     // The older candidates, a chunk to a batch: a page's worth or more, so that most pages
     // take one more batch at most, and no batch looks far past where the page fills.
     let chunk = (2 * page as u64).max(16);
-    // A batch's buffers, allocated once for all batches.
-    let (mut picked, mut looked, mut now_seen) = (
-        Vec::with_capacity(page),
-        Vec::with_capacity(chunk as usize),
-        Vec::with_capacity(page),
-    );
+    // A batch's buffers, allocated by the first batch (if any) and reused by the next ones.
+    let (mut picked, mut looked, mut now_seen) = (Vec::new(), Vec::new(), Vec::new());
     while items.len() < page && next > lowest {
         let want = page - items.len();
         let from = next - chunk.min(next - lowest);
         picked.clear();
+        picked.reserve(want);
         looked.clear();
+        looked.reserve((next - from) as usize);
         let mut item = next;
         seen.contains_many_with((from..next).rev(), |was_seen| {
             item -= 1;
@@ -330,6 +328,7 @@ fn choose(seen: &WindowedFilter, newest: u64, page: usize, scan: u64) -> (Vec<u6
         // Recorded in one batch: one now "seen" is a false positive of this batch's own
         // inserts, and is withheld as the item-by-item loop would have withheld it.
         now_seen.clear();
+        now_seen.reserve(picked.len());
         seen.seen_or_insert_many_with(picked.iter(), |s| now_seen.push(s));
         let mut answers = now_seen.iter().copied();
         for &(item, was_seen) in &looked {
