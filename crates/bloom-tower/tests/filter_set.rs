@@ -433,6 +433,17 @@ fn a_loaded_filter_takes_the_ring_layout_of_the_set() {
         });
         assert_eq!(set.stats().loads, 1);
     }
+    // A stored ring larger than the set's own (a store's value is untrusted) stays separate:
+    // interleaving would allocate all of it, whatever its bytes hold.
+    let big = week(None).expected_items(1_000_000).build().unwrap();
+    big.insert("large");
+    let store = DirectoryStore::new(dir.path()).unwrap();
+    runtime()
+        .block_on(store.store("2", big.to_bytes()))
+        .unwrap();
+    let set = set_of(Some(RingLayout::Interleaved));
+    assert_eq!(layout_of(&set, 2).unwrap(), Some(RingLayout::Separate));
+    assert!(runtime().block_on(set.contains(&2, "large")).unwrap());
 }
 
 #[test]

@@ -125,7 +125,10 @@ where
     /// ```
     pub fn windowed(mut self, builder: WindowedBuilder) -> Result<Self, BuildError> {
         let template = builder.build()?;
-        self.decode = decode_on(template.clock().clone(), Some(template.ring_layout()));
+        self.decode = decode_on(
+            template.clock().clone(),
+            Some((template.ring_layout(), template.size_in_bytes())),
+        );
         Ok(self.new_filter(move |_| AnyFilter::Windowed(fresh(template.fresh()))))
     }
 
@@ -195,18 +198,25 @@ where
     }
 }
 
-/// Reads a stored filter: a windowed one on `clock`, its ring laid out as `ring_layout` if
-/// given (a reader returns a ring separate; a set built from a builder that interleaves its
-/// rings interleaves the ones it loads too: `tests/filter_set.rs`
-/// `a_loaded_filter_takes_the_ring_layout_of_the_set`); other kinds as they are.
-fn decode_on(clock: Arc<dyn Clock>, ring_layout: Option<RingLayout>) -> Decode {
+/// Reads a stored filter: a windowed one on `clock`, other kinds as they are. With
+/// `ring_layout = (layout, max_bytes)`, a windowed ring is laid out as `layout` (a reader
+/// returns a ring separate; a set whose builder interleaves its rings interleaves the ones it
+/// loads too), but only a ring of at most `max_bytes`, the set's own filters' size: an
+/// interleaved ring is allocated whole, so a larger one (a stored value is untrusted) stays
+/// separate and costs what its bytes hold. A Classic ring cannot be interleaved and stays
+/// separate too. `tests/filter_set.rs` `a_loaded_filter_takes_the_ring_layout_of_the_set`.
+fn decode_on(clock: Arc<dyn Clock>, ring_layout: Option<(RingLayout, usize)>) -> Decode {
     Arc::new(move |bytes: &[u8]| -> Result<AnyFilter, DecodeError> {
         match WindowedFilter::read_from_with_clock(&mut &bytes[..], clock.clone()) {
             Ok(f) => Ok(AnyFilter::Windowed(match ring_layout {
-                // Only a Classic ring cannot be interleaved: it stays separate.
-                Some(layout) if layout != f.ring_layout() && f.layout() != Layout::Classic => f
-                    .into_ring_layout(layout)
-                    .expect("a ring that is not Classic takes either layout"),
+                Some((layout, max_bytes))
+                    if layout != f.ring_layout()
+                        && f.layout() != Layout::Classic
+                        && f.size_in_bytes() <= max_bytes =>
+                {
+                    f.into_ring_layout(layout)
+                        .expect("a ring that is not Classic takes either layout")
+                }
                 _ => f,
             })),
             // Another kind: read as it is.
