@@ -4,7 +4,7 @@
 #![forbid(unsafe_code)]
 
 #[path = "common/cluster.rs"]
-mod cluster;
+mod three_nodes;
 mod common;
 #[path = "common/evict.rs"]
 mod evict;
@@ -79,7 +79,7 @@ async fn fresh_with_every_key_never_absent(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_on_a_cluster_spreads_its_segments_and_keeps_every_key_through_a_rebuild() {
-    let Some(cluster) = cluster::start_cluster(3) else {
+    let Some(cluster) = three_nodes::start_cluster(3) else {
         return;
     };
     // Each instance names a different node: the others are discovered.
@@ -191,7 +191,7 @@ async fn a_fleet_on_a_cluster_spreads_its_segments_and_keeps_every_key_through_a
 /// pulled again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_joiner_after_a_node_lost_writes_is_not_fresh_without_them() {
-    let Some(mut cluster) = cluster::start_cluster(3) else {
+    let Some(mut cluster) = three_nodes::start_cluster(3) else {
         return;
     };
     let config_node = cluster.node_of_key("{fleet}:config");
@@ -215,7 +215,7 @@ async fn a_joiner_after_a_node_lost_writes_is_not_fresh_without_them() {
         holds(&a, &created) && holds(&b, &created)
     })
     .await;
-    let segments_on = |cluster: &cluster::RedisCluster| -> usize {
+    let segments_on = |cluster: &three_nodes::RedisCluster| -> usize {
         others
             .iter()
             .map(|&n| {
@@ -249,7 +249,7 @@ async fn a_joiner_after_a_node_lost_writes_is_not_fresh_without_them() {
 /// back and vouched for them, and C has pulled again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_joiner_after_nodes_evicted_segments_is_not_fresh_without_them() {
-    let Some(cluster) = cluster::start_cluster(3) else {
+    let Some(cluster) = three_nodes::start_cluster(3) else {
         return;
     };
     let config_node = cluster.node_of_key("{fleet}:config");
@@ -291,7 +291,7 @@ async fn a_joiner_after_nodes_evicted_segments_is_not_fresh_without_them() {
 
 #[test]
 fn a_three_node_cluster_starts_with_every_slot_served() {
-    let Some(cluster) = cluster::start_cluster(3) else {
+    let Some(cluster) = three_nodes::start_cluster(3) else {
         return;
     };
     let ports = cluster.ports();

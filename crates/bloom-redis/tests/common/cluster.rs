@@ -30,7 +30,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::common::signal;
+use super::common::signal;
 
 /// Client ports tried (the bus adds `BUS_OFFSET`).
 const PORTS: RangeInclusive<u16> = 10000..=22767;
