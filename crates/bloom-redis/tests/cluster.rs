@@ -3,11 +3,11 @@
 //! rebuilds, and reconciles incrementally; and the harness's own self-test.
 #![forbid(unsafe_code)]
 
-#[path = "common/cluster.rs"]
-mod three_nodes;
 mod common;
 #[path = "common/evict.rs"]
 mod evict;
+#[path = "common/cluster.rs"]
+mod three_nodes;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
