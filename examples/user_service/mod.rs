@@ -389,16 +389,6 @@ impl App {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        self.serve_until(listener, Box::pin(shutdown)).await
-    }
-
-    /// [`serve`](Self::serve) with the shutdown boxed: not generic, so the server it runs is
-    /// compiled once, in this library, not in every binary that serves an `App`.
-    async fn serve_until(
-        self,
-        listener: TcpListener,
-        shutdown: std::pin::Pin<Box<dyn Future<Output = ()> + Send>>,
-    ) -> anyhow::Result<()> {
         let stopped = crate::serve::serve(listener, self.router(), shutdown, crate::serve::GRACE)
             .await
             .context("serving")?;
